@@ -1,0 +1,208 @@
+"""Shared behaviour of every rlvr command: exit codes, errors, pipes, progress.
+
+A command module defines a click command and exports ``main = run(cmd)``:
+
+    @click.command(...)
+    @input_options
+    def cmd(files, keep_going, ...): ...
+    main = run(cmd, "rlvr-passk")
+
+``run`` turns exceptions into one-line messages (``rlvr-passk: error: FILE:LINE: ...``)
+and the documented exit codes, ends quietly when stdout is closed (``| head``), and
+exits 130 on Ctrl-C. Set RLVR_DEBUG=1 to see tracebacks.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
+
+import click
+
+from rlvr.records import RecordError
+
+# Named exit codes, documented in every man page (EXIT STATUS).
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_BAD_INPUT = 3
+EXIT_INTERRUPTED = 130
+
+EXIT_CODES = {
+    EXIT_OK: "success (a wrong answer is data, never an exit code)",
+    EXIT_FAILURE: "runtime failure (a model, engine, server or file could not be used)",
+    EXIT_USAGE: "usage or configuration error",
+    EXIT_BAD_INPUT: "malformed input; the message names FILE:LINE and the field",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C or SIGTERM)",
+}
+
+T = TypeVar("T")
+
+
+class Failure(click.ClickException):
+    """A runtime failure: printed as one line, exit 1 (or the given code)."""
+
+    def __init__(self, message: str, code: int = EXIT_FAILURE):
+        super().__init__(message)
+        self.exit_code = code
+
+
+class ConfigError(Failure):
+    """A bad configuration value: exit 2."""
+
+    def __init__(self, message: str):
+        super().__init__(message, EXIT_USAGE)
+
+
+def err(prog: str, message: str) -> None:
+    click.echo(f"{prog}: {message}", err=True)
+
+
+def warn(message: str, prog: str | None = None) -> None:
+    prog = prog or os.path.basename(sys.argv[0]) or "rlvr"
+    click.echo(f"{prog}: warning: {message}", err=True)
+
+
+def _quiet_stdout() -> None:
+    # stdout's reader went away: point fd 1 at /dev/null so the final flush is silent.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def _sigterm(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def run(cmd: click.Command, prog: str) -> Callable[..., None]:
+    """Wrap a click command into a console-script entry point with rlvr's error contract."""
+
+    def main(argv: list[str] | None = None) -> None:
+        debug = bool(os.environ.get("RLVR_DEBUG"))
+        signal.signal(signal.SIGTERM, _sigterm)
+        code = EXIT_OK
+        try:
+            cmd.main(args=argv, prog_name=prog, standalone_mode=False)
+        except click.exceptions.Exit as e:
+            code = e.exit_code
+        except click.Abort:
+            err(prog, "interrupted")
+            code = EXIT_INTERRUPTED
+        except click.UsageError as e:
+            if e.ctx is not None:
+                click.echo(e.ctx.get_usage(), err=True)
+                click.echo(f"Try '{prog} --help' for help.", err=True)
+            err(prog, f"error: {e.format_message()}")
+            code = EXIT_USAGE
+        except click.ClickException as e:
+            if debug:
+                raise
+            err(prog, f"error: {e.format_message()}")
+            code = e.exit_code
+        except RecordError as e:
+            if debug:
+                raise
+            err(prog, f"error: {e}")
+            code = EXIT_BAD_INPUT
+        except KeyboardInterrupt:
+            err(prog, "interrupted")
+            code = EXIT_INTERRUPTED
+        except BrokenPipeError:
+            _quiet_stdout()
+            code = EXIT_OK
+        except Exception as e:  # noqa: BLE001 - the one place that turns crashes into one line
+            if debug:
+                raise
+            err(prog, f"error: {type(e).__name__}: {e} (set RLVR_DEBUG=1 for a traceback)")
+            code = EXIT_FAILURE
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            _quiet_stdout()
+        except ValueError:
+            pass
+        sys.exit(code)
+
+    main.command = cmd  # type: ignore[attr-defined]
+    main.prog = prog  # type: ignore[attr-defined]
+    return main
+
+
+def input_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """FILES... ('-' = stdin, default) and --keep-going, shared by every record reader."""
+    f = click.option(
+        "--keep-going",
+        is_flag=True,
+        help="Turn a malformed line into an error record ({\"error\": {...}}) and go on, instead of stopping with exit 3.",
+    )(f)
+    f = click.argument("files", nargs=-1, type=click.Path(allow_dash=True))(f)
+    return f
+
+
+def progress_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--progress/--no-progress",
+        default=None,
+        help="Progress bar on stderr (default: on when stderr is a terminal).",
+    )(f)
+
+
+def progress(iterable: Iterable[T], desc: str, total: int | None = None, enabled: bool | None = None,
+             unit: str = "rec") -> Iterator[T]:
+    """A progress bar on stderr (never stdout). enabled=None: only when stderr is a TTY."""
+    from tqdm import tqdm
+
+    if enabled is None:
+        enabled = sys.stderr.isatty()
+    if not enabled:
+        yield from iterable
+        return
+    bar = tqdm(iterable, desc=desc, total=total, unit=unit, file=sys.stderr, dynamic_ncols=True,
+               mininterval=0.5, leave=True)
+    try:
+        yield from bar
+    finally:
+        bar.close()
+
+
+def parse_shard(value: str | None) -> tuple[int, int] | None:
+    """'I/N' -> (I, N) with 0 <= I < N; None passes through."""
+    if value is None:
+        return None
+    try:
+        i, n = (int(x) for x in value.split("/"))
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not I/N (e.g. 0/4)") from None
+    if n < 1 or not 0 <= i < n:
+        raise click.BadParameter(f"{value!r}: need 0 <= I < N")
+    return i, n
+
+
+def shard_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, int] | None:
+    return parse_shard(value)
+
+
+def int_list(value: str | None) -> list[int] | None:
+    if value is None or value == "":
+        return None
+    try:
+        return [int(x) for x in value.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a comma-separated list of integers") from None
+
+
+def with_examples(text: str, examples: str) -> str:
+    """Help text followed by an Examples section that click prints verbatim."""
+    lines = "\n".join(f"  {ln}" if ln else "" for ln in examples.strip("\n").splitlines())
+    return f"{text.strip()}\n\n\b\nExamples:\n{lines}\n"
+
+
+def stdout_writer():
+    from rlvr.records import RecordWriter
+
+    return RecordWriter(sys.stdout.buffer)

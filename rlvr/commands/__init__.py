@@ -1,0 +1,20 @@
+"""The rlvr commands: one thin click module each, wired in pyproject's [project.scripts].
+
+COMMANDS is the one list the contract tests, the man-page generator and the docs walk.
+``records`` says whether the command reads JSONL records from files or stdin (and so must
+pass the shared input contract: empty in -> empty out, a bad line -> exit 3 with FILE:LINE).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+COMMANDS: dict[str, dict] = {
+    "rlvr-data": {"module": "rlvr.commands.data", "records": False},
+    "rlvr-passk": {"module": "rlvr.commands.passk", "records": True},
+}
+
+
+def load(name: str):
+    """The console-script entry point (rlvr.cli.run wrapper) of a command."""
+    return importlib.import_module(COMMANDS[name]["module"]).main

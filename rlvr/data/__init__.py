@@ -1,0 +1,199 @@
+"""Datasets to prompt records: the one home of data loading for rlvr-data, -eval and -train.
+
+    recs = load_records("gsm8k", split="test", source="data/gsm8k/test.jsonl", shots=5)
+    recs = select(recs, shuffle=True, seed=1, limit=100, shard=(0, 4))
+    stream = mix({"gsm8k": recs_a, "math": recs_b}, {"gsm8k": 0.25, "math": 0.75}, seed=0)
+
+Sources are tried in order: `source` (a local file or folder, or an s3:// URI), then
+$RLVR_DATA_DIR/<name>/, then the Hugging Face hub. See rlvr.data.catalog for the datasets and
+rlvr.data.templates for the prompt templates.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Iterator
+
+from rlvr.cli import ConfigError, Failure
+from rlvr.data.catalog import SPECS, RowError, Spec, toy_rows
+from rlvr.data.sources import load_rows
+from rlvr.data.templates import TEMPLATES, render
+
+__all__ = ["SPECS", "TEMPLATES", "load_records", "select", "mix", "apply_order", "parse_mix", "read_order"]
+
+
+def _spec(name: str) -> Spec:
+    if name not in SPECS:
+        raise ConfigError(f"unknown dataset {name!r} (known: {', '.join(SPECS)})")
+    return SPECS[name]
+
+
+def _raw(spec: Spec, split: str, source: str | None) -> tuple[list[dict], str]:
+    if spec.name == "toy":
+        return toy_rows(512 if split == "train" else 64, seed=0 if split == "train" else 1), "toy"
+    src = source
+    if src is None and os.environ.get("RLVR_DATA_DIR"):
+        cand = os.path.join(os.environ["RLVR_DATA_DIR"], spec.name)
+        if os.path.exists(cand):
+            src = cand
+    if src is None:
+        rows = load_rows(spec.hub, spec.hub_splits.get(split, split), spec.hub_config)
+        where = f"hub:{spec.hub}"
+    else:
+        rows = load_rows(src, split)
+        where = src
+    if spec.split_filter is not None and rows and "task_id" in rows[0]:
+        rows = [r for r in rows if spec.split_filter(r, split)]
+    return rows, where
+
+
+def _convert(spec: Spec, rows: list[dict], split: str, where: str) -> list[dict]:
+    out = []
+    for i, row in enumerate(rows):
+        try:
+            rec = spec.convert(row, i, split)
+        except RowError as e:
+            raise Failure(f"{where}: row {i + 1}: {e} (dataset {spec.name})", code=3) from None
+        rec["dataset"] = spec.name
+        rec["verifier"] = spec.verifier
+        out.append(rec)
+    return out
+
+
+def load_records(name: str, split: str | None = None, source: str | None = None, template: str | None = None,
+                 shots: int = 0, chat: bool = False, fewshot_source: str | None = None) -> list[dict]:
+    """Prompt records of a dataset, in the dataset's own order."""
+    spec = _spec(name)
+    split = split or spec.default_split
+    template = template or spec.template
+    if template not in TEMPLATES:
+        raise ConfigError(f"unknown template {template!r} (known: {', '.join(TEMPLATES)})")
+    rows, where = _raw(spec, split, source)
+    recs = _convert(spec, rows, split, where)
+    shot_pairs: list[tuple[dict, str]] = []
+    if shots:
+        fs_split = spec.fewshot_split
+        if fs_split is None:
+            raise ConfigError(f"{name} has no few-shot split; use --shots 0")
+        src = fewshot_source
+        if src is None and source is not None:
+            if not os.path.isdir(source) and spec.split_filter is None:
+                raise ConfigError(f"few-shot examples for {name} come from its {fs_split!r} split, which {source} "
+                                  f"does not hold: pass --fewshot-source FILE")
+            src = source
+        try:
+            fs_rows, fs_where = _raw(spec, fs_split, src)
+        except Failure as e:
+            raise ConfigError(f"few-shot examples for {name} come from its {fs_split!r} split: {e.message} "
+                              f"(pass --fewshot-source FILE)") from None
+        if len(fs_rows) < shots:
+            raise ConfigError(f"{fs_where}: only {len(fs_rows)} few-shot rows for --shots {shots}")
+        fs_recs = _convert(spec, fs_rows[:shots], fs_split, fs_where)
+        sol = spec.solution or (lambda r: str(r.get("answer", "")))
+        shot_pairs = [(r, sol(raw)) for r, raw in zip(fs_recs, fs_rows[:shots])]
+    for rec in recs:
+        rec["prompt"] = render(template, rec, shot_pairs, chat)
+        for k in [k for k in rec if k.startswith("_") or k == "question"]:
+            del rec[k]
+    return recs
+
+
+def select(recs: list[dict], shuffle: bool = False, seed: int = 0, limit: int | None = None,
+           shard: tuple[int, int] | None = None) -> list[dict]:
+    """Shuffle (seeded), then limit, then take shard I of N (round robin), in that order, so
+    that N shards of a limited set partition exactly that set."""
+    out = list(recs)
+    if shuffle:
+        random.Random(seed).shuffle(out)
+    if limit is not None:
+        out = out[:limit]
+    if shard is not None:
+        i, n = shard
+        out = out[i::n]
+    return out
+
+
+def parse_mix(spec: str) -> dict[str, float]:
+    """'gsm8k:0.25,math:0.75' -> {'gsm8k': 0.25, 'math': 0.75} (weights need not sum to 1)."""
+    weights: dict[str, float] = {}
+    for part in spec.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        name, sep, w = part.partition(":")
+        try:
+            weight = float(w) if sep else 1.0
+        except ValueError:
+            raise ConfigError(f"--mix: {part!r} is not NAME:WEIGHT") from None
+        if weight <= 0:
+            raise ConfigError(f"--mix: weight of {name} must be positive")
+        _spec(name)
+        weights[name] = weight
+    if not weights:
+        raise ConfigError("--mix: empty mixture")
+    return weights
+
+
+def mix(streams: dict[str, list[dict]], weights: dict[str, float], seed: int = 0) -> Iterator[dict]:
+    """Interleave datasets by weight, deterministically for a seed: each next record comes from
+    dataset d with probability weight[d] / (sum of weights of datasets not yet exhausted)."""
+    rng = random.Random(seed)
+    pos = {d: 0 for d in streams}
+    live = [d for d in streams if streams[d]]
+    while live:
+        total = sum(weights[d] for d in live)
+        x = rng.random() * total
+        for d in live:
+            x -= weights[d]
+            if x < 0:
+                break
+        yield streams[d][pos[d]]
+        pos[d] += 1
+        if pos[d] >= len(streams[d]):
+            live.remove(d)
+
+
+def read_order(path: str) -> list[tuple[str, int]]:
+    """Prompt ids (with their line numbers) from an order file: one id per line, or JSONL
+    lines with an "id"; '#' comments and blank lines are skipped. Local or s3://."""
+    import orjson
+
+    from rlvr.records import RecordError
+
+    if path.startswith("s3://"):
+        from rlvr.s3 import download_cached
+
+        local = download_cached(path)
+    else:
+        local = path
+    try:
+        with open(local, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except OSError as e:
+        raise Failure(f"{path}: cannot read order file: {e.strerror}") from None
+    ids = []
+    for n, ln in enumerate(lines, 1):
+        s = ln.strip()
+        if not s or s.startswith("#"):
+            continue
+        if s.startswith("{"):
+            try:
+                s = orjson.loads(s)["id"]
+            except (orjson.JSONDecodeError, KeyError, TypeError):
+                raise RecordError('expected an id or a JSON object with "id"', path, n, "id") from None
+        ids.append((str(s), n))
+    return ids
+
+
+def apply_order(recs: list[dict], order: list[tuple[str, int]], path: str = "order") -> list[dict]:
+    """The records named by an order file, in its order (a curriculum). Unknown ids fail."""
+    from rlvr.records import RecordError
+
+    by_id = {r["id"]: r for r in recs}
+    out = []
+    for rid, line in order:
+        if rid not in by_id:
+            raise RecordError(f"unknown prompt id {rid!r}", path, line, "id")
+        out.append(by_id[rid])
+    return out

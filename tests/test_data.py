@@ -1,0 +1,175 @@
+"""rlvr-data: loaders for every format, templates, selection, mixtures, curricula, errors."""
+
+from __future__ import annotations
+
+import os
+
+import orjson
+import pytest
+
+from helpers import DATA, invoke
+from rlvr.data import load_records, mix, select
+
+D = os.path.join(DATA, "datasets")
+
+
+def data(*args):
+    r = invoke("rlvr-data", list(args))
+    assert r.code == 0, r.stderr
+    return r.records()
+
+
+def test_gsm8k_records_carry_gold_and_verifier():
+    recs = data("gsm8k", "--source", f"{D}/gsm8k/test.jsonl")
+    assert len(recs) == 20
+    r = recs[0]
+    assert r["id"] == "gsm8k/test/0" and r["answer"] == "18" and r["verifier"] == "math"
+    assert r["prompt"].startswith("Question: Janet") and r["prompt"].endswith("\nAnswer:")
+    assert len({x["id"] for x in recs}) == 20
+
+
+def test_folder_split_and_parquet_agree():
+    a = data("gsm8k", "--source", f"{D}/gsm8k/test.jsonl", "--limit", "6")
+    b = data("gsm8k", "--source", f"{D}/gsm8k/test-00000-of-00001.parquet")
+    assert a == b
+
+
+def test_save_to_disk_folder(tmp_path):
+    import datasets
+
+    rows = [orjson.loads(ln) for ln in open(f"{D}/gsm8k/test.jsonl")][:3]
+    datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)}).save_to_disk(str(tmp_path / "ds"))
+    recs = data("gsm8k", "--source", str(tmp_path / "ds"), "--split", "test")
+    assert [r["answer"] for r in recs] == ["18", "3", "70000"]
+
+
+def test_fewshot_from_train_split_in_folder():
+    recs = data("gsm8k", "--source", f"{D}/gsm8k", "--split", "test", "--shots", "2", "--limit", "1")
+    p = recs[0]["prompt"]
+    assert p.count("Question:") == 3 and "The answer is 72." in p and p.endswith("Answer:")
+
+
+def test_fewshot_without_source_is_config_error():
+    r = invoke("rlvr-data", ["gsm8k", "--source", f"{D}/gsm8k/test.jsonl", "--shots", "2"])
+    assert r.code == 2 and "--fewshot-source" in r.stderr
+
+
+def test_math500_boxed_chat_template():
+    recs = data("math500", "--source", f"{D}/math500/test.jsonl", "--chat", "--limit", "1")
+    msgs = recs[0]["prompt"]
+    assert msgs[0]["role"] == "system" and "\\boxed{}" in msgs[0]["content"]
+    assert msgs[-1]["role"] == "user" and recs[0]["answer"] == "\\left( 3, \\frac{\\pi}{2} \\right)"
+    assert recs[0]["id"] == "math500/test/precalculus/807.json"
+
+
+def test_math_answer_from_boxed_solution(tmp_path):
+    f = tmp_path / "m.jsonl"
+    f.write_text(orjson.dumps({"problem": "1+1?", "solution": "So $\\boxed{\\frac{1}{2}}$.", "level": "Level 1"}).decode() + "\n")
+    assert data("math", "--source", str(f))[0]["answer"] == "\\frac{1}{2}"
+
+
+def test_mbpp_split_by_task_id_and_lm_eval_prompt():
+    recs = data("mbpp", "--source", f"{D}/mbpp/mbpp.jsonl")
+    assert [r["id"] for r in recs] == [f"mbpp/{i}" for i in range(11, 16)]
+    r = recs[0]
+    assert r["prompt"].startswith("You are an expert Python programmer, and here is your task: ")
+    assert r["prompt"].endswith("[BEGIN]\n") and r["stop"] == ["[DONE]"] and len(r["tests"]) == 3
+    shots = data("mbpp", "--source", f"{D}/mbpp/mbpp.jsonl", "--shots", "3", "--limit", "1")[0]["prompt"]
+    assert shots.count("[BEGIN]") == 4 and shots.count("[DONE]") == 3
+
+
+def test_humaneval_prefix_and_check():
+    r = data("humaneval", "--source", f"{D}/humaneval/HumanEval.jsonl", "--limit", "1")[0]
+    assert r["id"] == "HumanEval/0" and r["prefix"] == r["prompt"] and r["entry_point"] == "has_close_elements"
+    assert "def check(candidate)" in r["test"]
+
+
+def test_if_datasets_keep_ground_truth():
+    r = data("ifeval", "--source", f"{D}/ifeval/input_data.jsonl", "--limit", "1")[0]
+    assert r["id"] == "ifeval/1000" and r["verifier"] == "ifeval"
+    assert r["instruction_id_list"][0] == "punctuation:no_comma" and len(r["kwargs"]) == 3
+    b = data("ifbench", "--source", f"{D}/ifbench/IFBench_test.jsonl")
+    assert len(b) == 10 and all(x["verifier"] == "ifbench" for x in b)
+
+
+def test_if_multi_ground_truth_string(tmp_path):
+    f = tmp_path / "ifm.jsonl"
+    row = {"key": "k1", "messages": [{"role": "user", "content": "Write X."}],
+           "ground_truth": '[{"instruction_id": ["punctuation:no_comma"], "kwargs": [{"x": null}]}]'}
+    f.write_text(orjson.dumps(row).decode() + "\n")
+    r = data("if_multi", "--source", str(f))[0]
+    assert r == {"id": "if_multi/k1", "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}],
+                 "dataset": "if_multi", "verifier": "if_multi", "prompt": "Write X."}
+
+
+def test_shuffle_limit_shard_partition():
+    full = data("gsm8k", "--source", f"{D}/gsm8k/test.jsonl", "--shuffle", "--seed", "3", "--limit", "10")
+    again = data("gsm8k", "--source", f"{D}/gsm8k/test.jsonl", "--shuffle", "--seed", "3", "--limit", "10")
+    assert full == again
+    assert [r["id"] for r in full] != [f"gsm8k/test/{i}" for i in range(10)]
+    shards = [data("gsm8k", "--source", f"{D}/gsm8k/test.jsonl", "--shuffle", "--seed", "3", "--limit", "10",
+                   "--shard", f"{i}/3") for i in range(3)]
+    ids = sorted(r["id"] for s in shards for r in s)
+    assert ids == sorted(r["id"] for r in full)
+
+
+def test_mixture_weights_and_determinism():
+    a = [{"id": f"a{i}"} for i in range(400)]
+    b = [{"id": f"b{i}"} for i in range(400)]
+    out = list(mix({"a": a, "b": b}, {"a": 0.25, "b": 0.75}, seed=0))
+    assert len(out) == 800
+    first = out[:200]
+    frac_a = sum(r["id"].startswith("a") for r in first) / 200
+    assert 0.15 < frac_a < 0.35
+    assert out == list(mix({"a": a, "b": b}, {"a": 0.25, "b": 0.75}, seed=0))
+    assert out != list(mix({"a": a, "b": b}, {"a": 0.25, "b": 0.75}, seed=1))
+
+
+def test_mix_command(tmp_path):
+    recs = data("--mix", "gsm8k:1,math500:1", "--source", f"gsm8k={D}/gsm8k/test.jsonl",
+                "--source", f"math500={D}/math500/test.jsonl", "--seed", "2")
+    assert len(recs) == 40 and {r["dataset"] for r in recs} == {"gsm8k", "math500"}
+
+
+def test_order_file_curriculum(tmp_path):
+    order = tmp_path / "order.txt"
+    order.write_text("# hardest last\ngsm8k/test/5\n\ngsm8k/test/2\n{\"id\": \"gsm8k/test/9\"}\n")
+    recs = data("gsm8k", "--source", f"{D}/gsm8k/test.jsonl", "--order", str(order))
+    assert [r["id"] for r in recs] == ["gsm8k/test/5", "gsm8k/test/2", "gsm8k/test/9"]
+    order.write_text("gsm8k/test/5\nnope\n")
+    r = invoke("rlvr-data", ["gsm8k", "--source", f"{D}/gsm8k/test.jsonl", "--order", str(order)])
+    assert r.code == 3 and f"{order}:2:" in r.stderr and "(field id)" in r.stderr
+
+
+def test_offline_hub_name_fails_with_one_clear_line(monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on the discard port
+    monkeypatch.delenv("RLVR_DATA_DIR", raising=False)
+    r = invoke("rlvr-data", ["gsm8k"])
+    assert r.code == 1
+    assert r.stderr.count("\n") == 1 and "--source" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_rlvr_data_dir(monkeypatch):
+    monkeypatch.setenv("RLVR_DATA_DIR", D)
+    recs = load_records("gsm8k", split="test")
+    assert len(recs) == 20
+
+
+def test_bad_rows_name_the_row(tmp_path):
+    f = tmp_path / "g.jsonl"
+    f.write_text('{"question": "q", "answer": "#### 1"}\n{"question": "q2"}\n')
+    r = invoke("rlvr-data", ["gsm8k", "--source", str(f)])
+    assert r.code == 3 and "row 2" in r.stderr and "'answer'" in r.stderr
+
+
+def test_missing_source_and_usage_errors(tmp_path):
+    r = invoke("rlvr-data", ["gsm8k", "--source", str(tmp_path / "none.jsonl")])
+    assert r.code == 1 and "no such file" in r.stderr
+    assert invoke("rlvr-data", []).code == 2
+    assert invoke("rlvr-data", ["gsm8k", "--shard", "3/2"]).code == 2
+
+
+def test_toy_task_is_deterministic():
+    a = select(load_records("toy"), limit=5)
+    assert a == select(load_records("toy"), limit=5)
+    assert all(r["answer"] == "7" and r["verifier"] == "math" for r in a)
