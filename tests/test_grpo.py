@@ -1,0 +1,104 @@
+"""GRPO advantages and loss: hand-computed values and pinned diagnostic names."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from rlvr.grpo import METRIC_KEYS, LossConfig, group_advantages, policy_loss, token_logprobs
+
+
+def test_group_advantages_hand_computed():
+    r = torch.tensor([[1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0]])
+    adv, zero = group_advantages(r, "group")
+    std = math.sqrt(1 / 3)  # unbiased std of [1, 0, 0, 1]
+    assert adv[0].tolist() == pytest.approx([0.5 / (std + 1e-4), -0.5 / (std + 1e-4)] * 1 + [-0.5 / (std + 1e-4), 0.5 / (std + 1e-4)])
+    assert adv[1].tolist() == [0.0] * 4 and zero.tolist() == [False, True]
+    adv2, _ = group_advantages(r, "none")
+    assert adv2[0].tolist() == [0.5, -0.5, -0.5, 0.5]
+
+
+def test_token_logprobs_and_entropy():
+    logits = torch.log(torch.tensor([[[0.5, 0.25, 0.25]]]))
+    lp, ent = token_logprobs(logits, torch.tensor([[1]]), with_entropy=True)
+    assert lp.item() == pytest.approx(math.log(0.25))
+    assert ent.item() == pytest.approx(-(0.5 * math.log(0.5) + 2 * 0.25 * math.log(0.25)))
+
+
+def setup():
+    logp = torch.log(torch.tensor([[0.5, 0.4, 0.1], [0.2, 0.3, 0.9]]))
+    old = torch.log(torch.tensor([[0.4, 0.4, 0.1], [0.4, 0.3, 0.5]]))
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    adv = torch.tensor([1.0, -1.0])
+    return logp, old, adv, mask
+
+
+def test_clipped_surrogate_and_aggregations():
+    logp, old, adv, mask = setup()
+    ratio = torch.exp(logp - old)   # [[1.25, 1, 1], [0.5, 1, 1.8]]
+    # seq 0 (A=+1): min(r, clip(r, .8, 1.2)) = [1.2, 1]; seq 1 (A=-1): -min(-r, -clip) = max(r, clip) = [0.8, 1, 1.8]
+    tok = torch.tensor([[-1.2, -1.0, 0.0], [0.8, 1.0, 1.8]])
+    cfg = LossConfig(loss_type="grpo", clip_low=0.2, clip_high=0.2, tis_cap=None)
+    loss, m = policy_loss(logp, old, adv, mask, cfg)
+    assert loss.item() == pytest.approx(((-2.2 / 2) + (3.6 / 3)) / 2)
+    cfg.loss_type = "dapo"
+    assert policy_loss(logp, old, adv, mask, cfg)[0].item() == pytest.approx((tok * mask).sum().item() / 5)
+    cfg.loss_type = "dr_grpo"
+    cfg.max_tokens = 4
+    assert policy_loss(logp, old, adv, mask, cfg)[0].item() == pytest.approx((tok * mask).sum().item() / (2 * 4))
+    # clipping: token (0,0) ratio 1.25 > 1.2 with A>0 (high); token (1,0) ratio .5 < .8 with A<0 (low)
+    assert m["clip/frac_high"] == pytest.approx(1 / 5) and m["clip/frac_low"] == pytest.approx(1 / 5)
+    assert m["clip/frac"] == pytest.approx(2 / 5)
+    assert ratio[1, 2].item() == pytest.approx(1.8)
+
+
+def test_clip_higher_is_asymmetric():
+    logp, old, adv, mask = setup()
+    cfg = LossConfig(clip_low=0.2, clip_high=0.28, tis_cap=None)
+    _, m = policy_loss(logp, old, adv, mask, cfg)
+    assert m["clip/frac_high"] == 0.0  # 1.25 < 1.28
+
+
+def test_gradient_matches_reinforce_on_policy():
+    # with old = logp.detach() the ratio is 1 and d loss / d logp = -A / (tokens of the sequence) (grpo)
+    logp = torch.log(torch.tensor([[0.5, 0.4], [0.2, 0.3]])).requires_grad_()
+    adv = torch.tensor([2.0, -1.0])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    loss, _ = policy_loss(logp, logp.detach(), adv, mask, LossConfig(tis_cap=None))
+    loss.backward()
+    assert logp.grad.flatten().tolist() == pytest.approx([-2 / 2 / 2, -2 / 2 / 2, 1 / 1 / 2, 0.0])
+
+
+def test_kl_k3_and_beta():
+    logp, old, adv, mask = setup()
+    ref = torch.log(torch.tensor([[0.5, 0.2, 0.1], [0.2, 0.3, 0.3]]))
+    cfg = LossConfig(loss_type="dapo", beta=0.1, tis_cap=None)
+    loss, m = policy_loss(logp, old, adv, mask, cfg, ref_logp=ref)
+    d = ref - logp
+    k3 = ((torch.exp(d) - d - 1) * mask).sum() / mask.sum()
+    assert m["loss/kl"] == pytest.approx(k3.item()) and k3.item() > 0
+    assert m["loss/total"] == pytest.approx(m["loss/policy"] + 0.1 * k3.item())
+    with pytest.raises(ValueError):
+        policy_loss(logp, old, adv, mask, cfg)
+
+
+def test_truncated_importance_sampling():
+    logp, old, adv, mask = setup()
+    beh = old - torch.log(torch.tensor([[2.0, 4.0, 1.0], [1.0, 0.5, 1.0]]))  # old/beh = [[2, 4, 1], [1, .5, 1]]
+    cfg = LossConfig(loss_type="dapo", tis_cap=3.0)
+    base, _ = policy_loss(logp, old, adv, mask, LossConfig(loss_type="dapo", tis_cap=None))
+    loss, m = policy_loss(logp, old, adv, mask, cfg, behaviour_logp=beh)
+    tok = torch.tensor([[-1.2, -1.0, 0.0], [0.8, 1.0, 1.8]])
+    w = torch.tensor([[2.0, 3.0, 1.0], [1.0, 0.5, 1.0]])
+    assert loss.item() == pytest.approx((tok * w * mask).sum().item() / 5)
+    assert m["tis/frac_capped"] == pytest.approx(1 / 5)
+    assert base.item() != pytest.approx(loss.item())
+
+
+def test_metric_names_are_pinned():
+    logp, old, adv, mask = setup()
+    _, m = policy_loss(logp, old, adv, mask, LossConfig(), entropy=torch.ones_like(logp))
+    assert set(m) == set(METRIC_KEYS)
+    assert m["entropy"] == pytest.approx(1.0)
