@@ -85,7 +85,7 @@ def render(name: str) -> str:
     for code, what in EXIT_CODES.items():
         parts.append(f".TP\n.B {code}\n{_esc(what)}")
     parts.append(".SH ENVIRONMENT\n.TP\n.B RLVR_DEBUG\nSet to 1 to print tracebacks instead of one-line errors.")
-    parts.append(".SH SEE ALSO\n" + ", ".join(f"{n}(1)" for n in COMMANDS if n != name) + ", rlvr-records(5)")
+    parts.append(".SH SEE ALSO\nrlvr-records(5); the other rlvr commands are listed in the README.")
     return "\n".join(parts) + "\n"
 
 
