@@ -198,8 +198,12 @@ def int_list(value: str | None) -> list[int] | None:
 
 def with_examples(text: str, examples: str) -> str:
     """Help text followed by an Examples section that click prints verbatim."""
+    import inspect
+
     lines = "\n".join(f"  {ln}" if ln else "" for ln in examples.strip("\n").splitlines())
-    return f"{text.strip()}\n\n\b\nExamples:\n{lines}\n"
+    # cleandoc: click does not dedent help= text, so indented continuation lines would
+    # otherwise show up as runs of spaces in --help.
+    return f"{inspect.cleandoc(text)}\n\n\b\nExamples:\n{lines}\n"
 
 
 def stdout_writer():

@@ -9,13 +9,17 @@ _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 
 def last_boxed(text: str) -> str | None:
     """Content of the last \\boxed{...} or \\fbox{...} with nested braces; None if absent
-    or unbalanced. Also accepts the brace-less form ``\\boxed 5``."""
+    or unbalanced. Also accepts the brace-less form ``\\boxed 5``.
+
+    Linear time: a box still open when the scan reaches the next (unbalanced) box can
+    never close, so each scan stops there (100k unclosed ``\\boxed{`` cost one pass)."""
     if not text:
         return None
     starts = [m.end() for m in _BOXED.finditer(text)]
+    limit = len(text)
     for start in reversed(starts):
         depth, i = 1, start
-        while i < len(text):
+        while i < limit:
             ch = text[i]
             if ch == "\\" and i + 1 < len(text) and text[i + 1] in "{}":
                 i += 2
@@ -27,6 +31,7 @@ def last_boxed(text: str) -> str | None:
                 if depth == 0:
                     return text[start:i]
             i += 1
+        limit = start
     m = None
     for m in re.finditer(r"\\boxed ([^\s$]+)", text):
         pass

@@ -12,6 +12,7 @@ import importlib
 COMMANDS: dict[str, dict] = {
     "rlvr-data": {"module": "rlvr.commands.data", "records": False},
     "rlvr-passk": {"module": "rlvr.commands.passk", "records": True},
+    "rlvr-verify": {"module": "rlvr.commands.verify", "records": True},
     "rlvr-gpu-free": {"module": "rlvr.commands.gpu_free", "records": False},
 }
 

@@ -10,6 +10,12 @@ fraction in [0, 1], e.g. instructions met) and verifier-specific details. The po
 (rlvr.verifiers.pool) adds ``verifier``, ``version``, ``duration_s`` and maps status (or
 score) to reward through the reward table. It runs verify in killable worker processes,
 so verify itself need not guard against hangs.
+
+Optional module attributes the pool uses: ``TIMEOUT_S`` (the default per-verification
+timeout, else 5 s), ``warmup()`` (run once per worker after import, before any clock
+starts: import heavy libraries there), ``check_config(options: dict)`` (raise ValueError
+for a bad option; called once in the caller's process). ``config`` passed to verify is
+this verifier's own options (e.g. {"mode": "strict-match"} for math).
 """
 
 from __future__ import annotations

@@ -1,0 +1,140 @@
+"""rlvr-verify: add rewards and verdicts to records with completions (see rlvr.verifiers.pool)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import orjson
+
+from rlvr.cli import ConfigError, Failure, input_options, progress_option, run, warn, with_examples
+from rlvr.cli import progress as progress_bar
+from rlvr.records import RecordWriter, atomic_write, read_records
+from rlvr.verifiers import MODULES
+
+HELP = with_examples(
+    """Verify completions: add `rewards` and `verdicts` to every record.
+
+    Reads records with `completions` and writes them back, in the same order, with one
+    verdict and one reward per completion. The verifier is the record's `verifier` field
+    (math, code, ifeval, ifbench, if_multi) unless --verifier forces one. A verdict says
+    what happened: status (correct, wrong, no_answer, timeout, error), the extracted
+    answer, the verifier's name and version and the time taken. Each verification runs in
+    a pool of worker processes with a hard wall-clock timeout: a hung or crashed
+    verification becomes a `timeout` or `error` verdict, never a lost record.
+
+    Rewards come from a status table, binary by default (correct 1, anything else 0);
+    --reward-table changes it, --reward-mode fraction gives instruction-following
+    verdicts the fraction of instructions met. Verifier options are set with --set, e.g.
+    math.mode (default, strict-match, flexible-extract: the last two are
+    lm-evaluation-harness's GSM8K filters and scoring), math.last_number (fall back to the
+    last number in the text; default true). A wrong answer is data: the exit status
+    stays 0; so is a record that names no verifier (its verdicts are errors, with a
+    warning). Records read before a malformed line are written before exiting with 3.
+    """,
+    """
+rlvr-verify rollouts.jsonl > verified.jsonl
+rlvr-verify -j 16 --summary < rollouts.jsonl > verified.jsonl
+rlvr-verify --verifier math --set math.mode=strict-match gsm8k.jsonl
+rlvr-verify --timeout 10 --reward-table correct=1,no_answer=-0.1 code.jsonl
+rlvr-verify --reward-mode fraction --summary=summary.json ifeval.jsonl
+rlvr-rollout ... | rlvr-verify | rlvr-passk --format markdown
+""",
+)
+
+
+def _parse_timeout(value: str | None):
+    if value is None:
+        return None
+    try:
+        if "=" not in value:
+            return float(value)
+        out = {}
+        for part in value.split(","):
+            if part.strip():
+                k, v = part.split("=", 1)
+                out[k.strip()] = float(v)
+        return out
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not SECONDS or VERIFIER=SECONDS,...", param_hint="--timeout") from None
+
+
+def _parse_sets(items: tuple[str, ...]) -> dict:
+    import yaml
+
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise click.BadParameter(f"{item!r} is not VERIFIER.OPTION=VALUE", param_hint="--set")
+        k, v = item.split("=", 1)
+        try:
+            out[k.strip()] = yaml.safe_load(v) if v.strip() else ""
+        except yaml.YAMLError:
+            out[k.strip()] = v
+    return out
+
+
+class _Command(click.Command):
+    """A bare --summary means stderr: a file is only taken as --summary=FILE, so that
+    `rlvr-verify --summary in.jsonl` reads in.jsonl instead of overwriting it."""
+
+    def parse_args(self, ctx, args):
+        if "--" in args:
+            k = args.index("--")
+            args = [("--summary=-" if a == "--summary" else a) for a in args[:k]] + args[k:]
+        else:
+            args = ["--summary=-" if a == "--summary" else a for a in args]
+        return super().parse_args(ctx, args)
+
+
+@click.command(cls=_Command, help=HELP)
+@input_options
+@click.option("--verifier", type=click.Choice(sorted(MODULES)), help="Use this verifier for every record (default: each record's `verifier`).")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), help="Worker processes  [default: the number of usable cores]")
+@click.option("--timeout", metavar="SECONDS|NAME=SECONDS,...",
+              help="Wall-clock limit per verification, for all verifiers or per verifier  [default: each verifier's own TIMEOUT_S (math 3), else 5]")
+@click.option("--reward-table", metavar="STATUS=R,...|FILE",
+              help="Rewards per status (correct, wrong, no_answer, timeout, error), inline or a YAML/JSON file; unnamed statuses keep their default (correct 1, others 0).")
+@click.option("--reward-mode", type=click.Choice(["binary", "fraction"]), default="binary", show_default=True,
+              help="fraction: a verdict with a score (instruction following) earns wrong + score * (correct - wrong).")
+@click.option("--set", "sets", multiple=True, metavar="VERIFIER.OPTION=VALUE", help="A verifier option, e.g. math.mode=flexible-extract (repeatable).")
+@click.option("--summary", "summary", is_flag=False, flag_value="-", default=None, metavar="[=FILE]",
+              help="Print a summary (accuracy per dataset, counts per status, timeouts) on stderr; --summary=FILE writes it as JSON instead.")
+@click.option("--memory-limit", type=click.IntRange(min=0), default=4096, show_default=True, metavar="MB",
+              help="Address-space limit per worker process (0: none).")
+@progress_option
+def cmd(files, keep_going, verifier, jobs, timeout, reward_table, reward_mode, sets, summary, memory_limit, progress):
+    from rlvr.verifiers.pool import VerifierPool, WorkerStartError
+    from rlvr.verifiers.rewards import RewardTable
+    from rlvr.verifiers.summary import Summary, format_text
+
+    try:
+        table = RewardTable.parse(reward_table, reward_mode)
+        pool = VerifierPool(jobs=jobs, timeout=_parse_timeout(timeout), config=_parse_sets(sets),
+                            reward_table=table, verifier=verifier, memory_mb=memory_limit or None)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    acc = Summary() if summary else None
+    records = read_records(files, keep_going=keep_going, required=("completions",))
+    unnamed = 0
+    try:
+        with pool, RecordWriter(sys.stdout.buffer) as out:
+            for rec in progress_bar(pool.verify_records(records), "verify", enabled=progress):
+                out.write(rec)
+                if acc is not None:
+                    acc.add(rec)
+                if not verifier and rec.get("completions") and not rec.get("verifier"):
+                    unnamed += 1
+    except WorkerStartError as e:
+        raise Failure(str(e)) from None
+    if unnamed:
+        warn(f"{unnamed} record(s) name no verifier: their verdicts are errors (use --verifier NAME)", "rlvr-verify")
+    if acc is not None:
+        result = acc.result()
+        if summary == "-":
+            click.echo(format_text(result), err=True, nl=False)
+        else:
+            atomic_write(summary, orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+
+
+main = run(cmd, "rlvr-verify")

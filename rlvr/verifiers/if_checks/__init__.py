@@ -1,0 +1,170 @@
+"""Instruction-following checks: the registries and the evaluator behind the IF verifiers.
+
+Three registries of upstream checkers, vendored with their licences (see NOTICE here):
+
+- ``ifeval``: Google's IFEval, 25 instruction types (module ``ifeval``);
+- ``if_multi``: open-instruct's IFEvalG, IFEval's 25 plus 29 more (module ``ifevalg``);
+- ``ifbench``: AllenAI's IFBench, 58 out-of-distribution types plus IFEval's 25 (``ifbench``).
+
+``evaluate`` scores one response against a record's ``instruction_id_list`` and
+``kwargs`` the way the reference implementations do: strict = each checker on the
+response as is; loose = followed if any of the eight variants passes (the response with
+and without ``*``, with its first, last or first-and-last line removed). ``verify`` wraps
+it into the verdict the rlvr verifiers return. It is deterministic: the same record and
+completion give the same verdict in every run and every process (see ``nlp``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from rlvr.verifiers.if_checks import nlp
+
+REGISTRIES = {
+    "ifeval": "rlvr.verifiers.if_checks.ifeval",
+    "if_multi": "rlvr.verifiers.if_checks.ifevalg",
+    "ifbench": "rlvr.verifiers.if_checks.ifbench",
+}
+
+
+class GroundTruthError(ValueError):
+    """The record's instructions cannot be built (unknown id, bad or missing kwargs)."""
+
+
+def registry(name: str) -> dict[str, type]:
+    """The {instruction id: checker class} dict of registry `name`."""
+    return importlib.import_module(REGISTRIES[name]).INSTRUCTION_DICT
+
+
+def loose_variants(response: str) -> list[str]:
+    """The eight responses the loose score tries, in upstream order, duplicates dropped."""
+    r = response.split("\n")
+    first = "\n".join(r[1:]).strip()
+    last = "\n".join(r[:-1]).strip()
+    both = "\n".join(r[1:-1]).strip()
+    variants = [response, response.replace("*", ""), first, last, both,
+                first.replace("*", ""), last.replace("*", ""), both.replace("*", "")]
+    return list(dict.fromkeys(variants))
+
+
+def build(name: str, index: int, instruction_id: str, kwargs: dict | None):
+    """One checker, built from its kwargs with null values dropped."""
+    reg = registry(name)
+    cls = reg.get(instruction_id)
+    if cls is None:
+        hint = ""
+        if name == "ifeval" and instruction_id in registry("if_multi"):
+            hint = " (it is an if_multi instruction: set the record's verifier to if_multi)"
+        raise GroundTruthError(f"instruction {index}: unknown {name} instruction id {instruction_id!r}{hint}")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise GroundTruthError(f"instruction {index} ({instruction_id}): kwargs must be an object")
+    kw = {k: v for k, v in (kwargs or {}).items() if v is not None}
+    nlp.reset_rng(instruction_id)
+    checker = cls(instruction_id)
+    try:
+        checker.build_description(**kw)
+    except Exception as e:  # upstream raises TypeError/ValueError/AttributeError on bad kwargs
+        args = ", ".join(sorted(kw)) or "none"
+        raise GroundTruthError(
+            f"instruction {index} ({instruction_id}): cannot build it from kwargs ({args}): "
+            f"{type(e).__name__}: {e}"
+        ) from None
+    return checker
+
+
+def _check(checker, text: str, errors: list[str], index: int) -> bool:
+    if not text.strip():
+        return False
+    try:
+        return bool(checker.check_following(text))
+    except nlp.ResourceMissing:
+        raise
+    except Exception as e:  # an upstream checker crashing on this text (e.g. a regex keyword)
+        msg = f"instruction {index} ({checker.id}): checker failed: {type(e).__name__}: {e}"
+        if msg not in errors:
+            errors.append(msg)
+        return False
+
+
+def evaluate(name: str, instruction_ids: list[str], kwargs: list[dict | None] | None,
+             response: str) -> tuple[list[bool], list[bool], list[str]]:
+    """(strict, loose, errors) for one response; raises GroundTruthError on bad ground truth."""
+    if not instruction_ids:
+        raise GroundTruthError("instruction_id_list is empty")
+    kwargs = list(kwargs) if kwargs is not None else [None] * len(instruction_ids)
+    if len(kwargs) != len(instruction_ids):
+        raise GroundTruthError(f"kwargs has {len(kwargs)} entries for {len(instruction_ids)} instructions")
+    checkers = [build(name, i, iid, kw) for i, (iid, kw) in enumerate(zip(instruction_ids, kwargs))]
+    variants = loose_variants(response)
+    strict, loose, errors = [], [], []
+    for i, checker in enumerate(checkers):
+        ok = _check(checker, response, errors, i)
+        strict.append(ok)
+        loose.append(ok or any(_check(checker, v, errors, i) for v in variants[1:]))
+    return strict, loose, errors
+
+
+def strip_think(text: str) -> str | None:
+    """The answer after the last ``</think>``; None while a ``<think>`` is still open."""
+    if "</think>" in text:
+        return text.rsplit("</think>", 1)[1]
+    if "<think>" in text:
+        return None
+    return text
+
+
+CONFIG_KEYS = {"loose": bool, "strip_think": bool}
+
+
+def check_config(name: str, config: dict) -> None:
+    """Raise ValueError for an unknown option or a bad value (called once, before any work)."""
+    for key, value in config.items():
+        if key not in CONFIG_KEYS:
+            raise ValueError(f"unknown {name} option {key!r} (known: {', '.join(sorted(CONFIG_KEYS))})")
+        if not isinstance(value, CONFIG_KEYS[key]):
+            raise ValueError(f"{name}.{key} must be true or false, got {value!r}")
+
+
+def warmup() -> None:
+    """Load the Punkt model and the language profiles now rather than in a timed check."""
+    nlp.punkt()
+    nlp.detect_language("warm up the language detector")
+
+
+def verify(name: str, record: dict, completion: str, config: dict | None = None) -> dict[str, Any]:
+    """The verdict for one completion of an IF record (registry `name`).
+
+    status: correct (all instructions followed), wrong, no_answer (empty response, or
+    reasoning never closed with ``</think>``), error (bad ground truth, a missing packaged
+    resource, or a checker crash; see ``message``). ``strict`` / ``loose`` hold one bool
+    per instruction, ``score`` the fraction followed. Options (``config``): ``loose``
+    (status and score from the loose results; default false) and ``strip_think`` (grade
+    only the text after the last ``</think>``; default true, as open-instruct does).
+    """
+    config = config or {}
+    ids = record.get("instruction_id_list")
+    base: dict[str, Any] = {"instructions": ids if isinstance(ids, list) else None}
+    if not isinstance(ids, list) or not all(isinstance(x, str) for x in ids):
+        return {"status": "error", "extracted": None, **base,
+                "message": "record has no instruction_id_list (a list of instruction ids)"}
+    text = completion if isinstance(completion, str) else ""
+    if config.get("strip_think", True):
+        text = strip_think(text)
+    try:
+        strict, loose, errors = evaluate(name, ids, record.get("kwargs"), text or "")
+    except GroundTruthError as e:
+        return {"status": "error", "extracted": None, **base, "message": str(e)}
+    except nlp.ResourceMissing as e:
+        return {"status": "error", "extracted": None, **base, "message": str(e)}
+    graded = loose if config.get("loose", False) else strict
+    verdict: dict[str, Any] = {"extracted": text if text and text.strip() else None, **base,
+                               "strict": strict, "loose": loose,
+                               "score": sum(graded) / len(graded)}
+    if errors:
+        verdict.update(status="error", message="; ".join(errors))
+    elif verdict["extracted"] is None:
+        verdict["status"] = "no_answer"
+    else:
+        verdict["status"] = "correct" if all(graded) else "wrong"
+    return {"status": verdict.pop("status"), **verdict}

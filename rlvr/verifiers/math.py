@@ -1,0 +1,820 @@
+"""The math verifier (GSM8K, MATH and similar): extract an answer, normalise, compare.
+
+    verify({"answer": "18"}, "... so she makes \\boxed{18} dollars.", {})
+    -> {"status": "correct", "extracted": "18", "method": "string"}
+
+Extraction (mode ``default``): the last ``\\boxed{...}`` / ``\\fbox{...}`` (nested braces),
+else the later of "The (final) answer is X" / "Answer: X" (Minerva's "Final Answer: The
+final answer is X. I hope it is correct." included) and GSM8K's ``#### X``, else the last
+number in the text (config ``last_number``, on by default). Modes ``strict-match`` and
+``flexible-extract`` reproduce lm-evaluation-harness's two GSM8K filters and its
+exact_match scoring exactly, for numbers comparable with published lm_eval results.
+
+Comparison, cheapest first: the normalised strings (thousands separators, ``$``, units
+and ``\\text{}``, ``\\dfrac``/``\\tfrac``, degrees, percent, trailing ``.0``, ``x =``), then
+exact rational arithmetic on numeric answers (``2+3``, ``\\frac{14}{3}``, ``1.5``, powers
+with a size guard), and only then math-verify's symbolic comparison (sympy). The common
+cases never import sympy's machinery. Two known math-verify false positives are avoided:
+floats that agree to 6 decimals but differ (``0.0000672`` vs ``0.0000673``) and an
+equation that collapses to its right-hand side (``x^2-4=0`` graded equal to ``0``).
+math-verify's own SIGALRM timeouts are switched off: the pool (rlvr.verifiers.pool) runs
+this module in killable worker processes and enforces the wall-clock timeout.
+
+Config keys: ``mode`` (default | strict-match | flexible-extract), ``last_number``
+(bool, default true), ``max_symbolic_chars`` (longer answers are never handed to sympy and
+grade as wrong unless equal as strings or numbers; default 1000).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from fractions import Fraction
+from functools import lru_cache
+
+from rlvr.textutil import last_boxed
+
+NAME = "math"
+VERSION = "1"
+TIMEOUT_S = 3.0
+
+MODES = ("default", "strict-match", "flexible-extract")
+_CONFIG_KEYS = {"mode", "last_number", "max_symbolic_chars"}
+
+# Relative tolerance when a decimal literal takes part (1/3 = 0.333333, 0.0000672 != 0.0000673).
+REL_TOL = Fraction(1, 10**6)
+# Numbers with more digits than this are never built (9^{9^{9^9}} is refused, not computed).
+MAX_DIGITS = 100_000
+
+
+# --------------------------------------------------------------------------- config
+
+
+def check_config(config: dict) -> None:
+    """Raise ValueError for an unknown key or a bad value (called once, before any work)."""
+    unknown = set(config) - _CONFIG_KEYS
+    if unknown:
+        raise ValueError(f"unknown math option(s): {', '.join(sorted(unknown))} (known: {', '.join(sorted(_CONFIG_KEYS))})")
+    mode = config.get("mode", "default")
+    if mode not in MODES:
+        raise ValueError(f"math.mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if not isinstance(config.get("last_number", True), bool):
+        raise ValueError("math.last_number must be true or false")
+    m = config.get("max_symbolic_chars", 1000)
+    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+        raise ValueError("math.max_symbolic_chars must be a positive integer")
+
+
+# --------------------------------------------------------------------------- extraction
+
+_ANSWER_IS = re.compile(r"(?i)\banswer\s*(?:is\b|:)\s*:?\s*")
+_HOPE = re.compile(r"(?i)\.?\s*I hope it is correct")
+_NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|-?\.\d+")
+
+
+def _delimited(s: str) -> str:
+    """The leading math span of s ($...$, \\(...\\), \\[...\\]) or its first line."""
+    s = s.lstrip()
+    for open_, close in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
+        if s.startswith(open_):
+            end = s.find(close, len(open_))
+            if end > 0:
+                return s[len(open_):end]
+    line = s.split("\n", 1)[0]
+    m = _HOPE.search(line)
+    if m:
+        line = line[: m.start()]
+    return line.strip().rstrip(".").strip()
+
+
+def extract_answer(text: str, last_number: bool = True) -> tuple[str | None, str | None]:
+    """(answer, how) for the default mode; (None, None) when nothing is found."""
+    boxed = last_boxed(text)
+    if boxed is not None and boxed.strip():
+        return boxed.strip(), "boxed"
+    cands = []
+    m = None
+    for m in _ANSWER_IS.finditer(text):
+        pass
+    if m is not None:
+        ans = _delimited(text[m.end():])
+        if ans:
+            cands.append((m.start(), ans, "answer_is"))
+    k = text.rfind("####")
+    if k >= 0:
+        ans = text[k + 4:].strip().split("\n", 1)[0].strip()
+        if ans:
+            cands.append((k, ans, "hashes"))
+    if cands:
+        _, ans, how = max(cands)
+        return ans, how
+    if last_number:
+        m = None
+        for m in _NUMBER.finditer(text):
+            pass
+        if m is not None:
+            return m.group(0), "last_number"
+    return None, None
+
+
+def gold_answer(raw) -> str:
+    """The gold answer of a record as a string: a number, a string, a GSM8K solution
+    ending in ``#### N`` or a MATH solution with a ``\\boxed{}``."""
+    if isinstance(raw, bool):
+        raise ValueError("answer must be a number or a string, got a boolean")
+    if isinstance(raw, int):
+        return str(raw)
+    if isinstance(raw, float):
+        if not math.isfinite(raw):
+            raise ValueError(f"answer is not finite: {raw}")
+        return str(int(raw)) if raw.is_integer() else repr(raw)
+    if not isinstance(raw, str):
+        raise ValueError(f"answer must be a number or a string, got {type(raw).__name__}")
+    if "####" in raw:
+        return raw.rsplit("####", 1)[1].strip()
+    if "\\boxed" in raw or "\\fbox" in raw:
+        b = last_boxed(raw)
+        if b is not None:
+            return b.strip()
+    return raw.strip()
+
+
+# --------------------------------------------------------------------------- lm_eval modes
+
+_LM_STRICT = re.compile(r"#### (\-?[0-9\.\,]+)")
+_LM_FLEX = re.compile(r"(-?[$0-9.,]{2,})|(-?[0-9]+)")
+_LM_IGNORE = [re.compile(","), re.compile(r"\$"), re.compile(r"(?s).*#### "), re.compile(r"\.$")]
+
+
+def _lm_clean(s: str) -> str:
+    for rx in _LM_IGNORE:
+        s = rx.sub("", s)
+    return s.lower()
+
+
+def _lm_eval(gold_raw, completion: str, mode: str) -> dict:
+    if mode == "strict-match":
+        found = _LM_STRICT.findall(completion)
+        pred = found[0].strip() if found else None
+    else:
+        found = _LM_FLEX.findall(completion)
+        pred = None
+        if found:
+            groups = [g for g in found[-1] if g]
+            pred = groups[0].strip() if groups else None
+    if pred is None:
+        return {"status": "no_answer", "extracted": None}
+    gold = gold_raw if isinstance(gold_raw, str) else gold_answer(gold_raw)
+    ok = _lm_clean(pred) == _lm_clean(gold)
+    return {"status": "correct" if ok else "wrong", "extracted": pred, "method": "lm_eval_exact_match"}
+
+
+# --------------------------------------------------------------------------- normalisation
+
+_WRAPPERS = re.compile(r"\\(?:displaystyle|textstyle|scriptstyle|left|right|bigl|bigr|Bigl|Bigr|bigg|Bigg|big|Big)(?![a-zA-Z])")
+_DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\degree(?![a-zA-Z])|°|\\circ(?![a-zA-Z])")
+_TEXT_CMD = r"\\(?:text|textrm|textnormal|textbf|textit|mbox|mathrm|mathbf|mathit|mathsf|operatorname)\s*"
+_TRAILING_TEXT_UNIT = re.compile(r"^(.*?[\d}\)\]a-zA-Z])\s*" + _TEXT_CMD + r"\{[^{}]*\}(?:\s*\^\s*\{?\d\}?)?\s*$")
+_TEXT = re.compile(_TEXT_CMD + r"\{([^{}]*)\}")
+# (number patterns below are written so that no two quantifiers compete for the same digits:
+# a regex that can split a digit run many ways is quadratic on 50k digits)
+_NUM = r"-?(?:\d[\d,]*(?:\.\d+)?|\.\d+)"
+_UNIT_WORDS = re.compile(r"^(" + _NUM + r"(?:/\d+)?)\s+([a-zA-Z][a-zA-Z .\-/²³^]*)$")
+_GLUED_UNIT = re.compile(  # a measurement unit written without a space: 5cm, 60mph, 10m^2
+    r"^(" + _NUM + r")(?:mm|cm|km|m|kg|mg|g|lbs?|oz|ft|in|mi|yds?|mph|kmh|kmph|hrs?|h|min|mins|secs?|s|ml|l|cc|gal)"
+    r"(?:\^\{?[23]\}?|[²³])?$")
+_THOUSANDS = re.compile(r"(?<![\d.])(\d{1,3}(?:,\d{3})+)(?!\d|,\d)")
+_VAR_PREFIX = re.compile(r"^\s*(?:[a-zA-Z]|\\[a-zA-Z]+)(?:_\{?[a-zA-Z0-9]+\}?)?\s*=\s*")
+_FRAC_FIX = [
+    (re.compile(r"\\frac\s*(\d)\s*(\d)"), r"\\frac{\1}{\2}"),
+    (re.compile(r"\\frac\s*(\d)\s*\{"), r"\\frac{\1}{"),
+    (re.compile(r"\\frac\s*(\{[^{}]*\})\s*(\d)"), r"\\frac\1{\2}"),
+    (re.compile(r"\\sqrt\s*(\d+|[a-zA-Z])"), r"\\sqrt{\1}"),
+]
+_TRAIL_ZEROS = re.compile(r"^(-?\d+)\.(\d*[1-9])?0+$")
+
+
+def _strip_delims(s: str) -> str:
+    s = s.strip()
+    changed = True
+    while changed and s:
+        changed = False
+        for open_, close in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
+            if len(s) >= len(open_) + len(close) and s.startswith(open_) and s.endswith(close):
+                s = s[len(open_):-len(close)].strip()
+                changed = True
+    return s
+
+
+def _strip_outer_braces(s: str) -> str:
+    while len(s) >= 2 and s[0] == "{" and s[-1] == "}":
+        depth = 0
+        for i, ch in enumerate(s):
+            depth += ch == "{"
+            depth -= ch == "}"
+            if depth == 0 and i < len(s) - 1:
+                return s
+        s = s[1:-1].strip()
+    return s
+
+
+def normalize(s: str) -> str:
+    """A canonical spelling of an answer (spaces kept where LaTeX needs them)."""
+    s = _strip_delims(s.replace("\n", " "))
+    s = _WRAPPERS.sub("", s)
+    s = s.replace("\\!", "").replace("\\ ", " ").replace("\\;", " ").replace("\\:", " ")
+    s = re.sub(r"(\d)\s*\\,\s*(\d{3})(?!\d)", r"\1\2", s).replace("\\,", " ")
+    s = s.replace("{,}", "").replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    s = _DEGREES.sub("", s)
+    s = s.replace("\\%", "").replace("%", "").replace("\\$", "").replace("$", "")
+    for _ in range(3):  # a trailing \text{ unit } after a value is a unit: drop it
+        m = _TRAILING_TEXT_UNIT.match(s)
+        if not m or not m.group(1).strip():
+            break
+        s = m.group(1)
+    for _ in range(3):
+        s2 = _TEXT.sub(r"\1", s)
+        if s2 == s:
+            break
+        s = s2
+    s = " ".join(s.split())
+    m = _UNIT_WORDS.match(s) or _GLUED_UNIT.match(s)
+    if m and not (m.re is _UNIT_WORDS and re.search(r"\b(?:and|or)\b", m.group(2))):
+        s = m.group(1)
+    for rx, rep in _FRAC_FIX:
+        s = rx.sub(rep, s)
+    s = _THOUSANDS.sub(lambda m: m.group(1).replace(",", ""), s)
+    s = s.strip().rstrip(".").strip()
+    if s.count("=") == 1 and not re.search(r"[<>]=|\\[lgn]e", s):
+        m = _VAR_PREFIX.match(s)
+        if m and m.end() < len(s):
+            s = s[m.end():]
+    s = _strip_outer_braces(s.strip())
+    m = _TRAIL_ZEROS.match(s)
+    if m:
+        s = m.group(1) + ("." + m.group(2) if m.group(2) else "")
+    if s.startswith("+") and len(s) > 1:
+        s = s[1:]
+    return s
+
+
+def _key(s: str) -> str:
+    k = s.replace(" ", "")
+    return k.lower() if k.isalpha() and len(k) > 1 else k
+
+
+# --------------------------------------------------------------------------- exact arithmetic
+
+
+class _Huge(Exception):
+    """A value too large to build (more than MAX_DIGITS digits)."""
+
+
+class _NotNumeric(Exception):
+    pass
+
+
+_TOK = re.compile(r"\s*(\d+\.\d*|\.\d+|\d+|\\frac|\\cdot|\\times|\\div|[-+*/^(){}])")
+
+
+def _tokens(s: str) -> list[str]:
+    out, i = [], 0
+    s = s.strip()
+    while i < len(s):
+        m = _TOK.match(s, i)
+        if not m:
+            raise _NotNumeric
+        out.append(m.group(1))
+        i = m.end()
+        while i < len(s) and s[i] == " ":
+            i += 1
+    return out
+
+
+def _digits(x: Fraction) -> float:
+    n = max(abs(x.numerator), abs(x.denominator), 1)
+    return n.bit_length() * 0.30103
+
+
+class _Arith:
+    """Exact value of + - * / ^ \\frac \\cdot \\times \\div ( ) { } over number literals.
+
+    Anything else (letters, implicit products, \\sqrt) raises _NotNumeric so the caller
+    falls back to sympy. ``inexact`` is set when a decimal literal took part.
+    """
+
+    def __init__(self, s: str):
+        self.t = _tokens(s)
+        self.i = 0
+        self.inexact = False
+        self.depth = 0
+
+    def peek(self):
+        return self.t[self.i] if self.i < len(self.t) else None
+
+    def take(self, tok=None):
+        cur = self.peek()
+        if cur is None or (tok is not None and cur != tok):
+            raise _NotNumeric
+        self.i += 1
+        return cur
+
+    def parse(self) -> Fraction:
+        v = self.expr()
+        if self.i != len(self.t):
+            raise _NotNumeric
+        return v
+
+    def expr(self) -> Fraction:
+        v = self.term()
+        while self.peek() in ("+", "-"):
+            op = self.take()
+            w = self.term()
+            v = v + w if op == "+" else v - w
+        return v
+
+    def term(self) -> Fraction:
+        v = self.unary()
+        while self.peek() in ("*", "/", "\\cdot", "\\times", "\\div"):
+            op = self.take()
+            w = self.unary()
+            if op in ("/", "\\div"):
+                if w == 0:
+                    raise _NotNumeric
+                v = v / w
+            else:
+                v = v * w
+            if _digits(v) > MAX_DIGITS:
+                raise _Huge
+        return v
+
+    def unary(self) -> Fraction:
+        if self.peek() == "-":
+            self.take()
+            return -self.unary()
+        if self.peek() == "+":
+            self.take()
+            return self.unary()
+        return self.power()
+
+    def power(self) -> Fraction:
+        base = self.atom()
+        if self.peek() == "^":
+            self.take()
+            exp = self.unary_atom()
+            if exp.denominator != 1:
+                raise _NotNumeric
+            e = exp.numerator
+            if base == 0 or abs(base) == 1:
+                if base == 0 and e < 0:
+                    raise _NotNumeric
+                return base**e
+            if abs(e) * _digits(base) > MAX_DIGITS:
+                raise _Huge
+            return base**e
+        return base
+
+    def unary_atom(self) -> Fraction:
+        if self.peek() == "-":
+            self.take()
+            return -self.unary_atom()
+        return self.power()
+
+    def atom(self) -> Fraction:
+        tok = self.take()
+        if tok in ("(", "{"):
+            self.depth += 1
+            if self.depth > 100:
+                raise _NotNumeric
+            v = self.expr()
+            self.take(")" if tok == "(" else "}")
+            self.depth -= 1
+            return v
+        if tok == "\\frac":
+            num = self.group()
+            den = self.group()
+            if den == 0:
+                raise _NotNumeric
+            return num / den
+        if tok[0].isdigit() or tok[0] == ".":
+            if "." in tok:
+                self.inexact = True
+            return Fraction(tok)
+        raise _NotNumeric
+
+    def group(self) -> Fraction:
+        if self.peek() == "{":
+            return self.atom()
+        tok = self.take()
+        if tok.isdigit():
+            return Fraction(tok)
+        raise _NotNumeric
+
+
+def numeric_value(s: str) -> tuple[Fraction, bool] | None:
+    """(exact value, inexact) of a numeric answer; None if not purely numeric.
+
+    Raises _Huge for values beyond MAX_DIGITS digits."""
+    if not s or len(s) > 20_000 or not any(c.isdigit() for c in s):
+        return None
+    try:
+        a = _Arith(s)
+        return a.parse(), a.inexact
+    except (_NotNumeric, ZeroDivisionError, RecursionError, ValueError, OverflowError):
+        return None
+
+
+def _numbers_equal(g: Fraction, g_inexact: bool, p: Fraction, p_inexact: bool) -> bool:
+    if g == p:
+        return True
+    if not (g_inexact or p_inexact):
+        return False
+    return abs(g - p) <= REL_TOL * max(abs(g), abs(p))
+
+
+# --------------------------------------------------------------------------- fast negative check
+
+_ATOK = re.compile(r"\s*(\d+\.\d*|\.\d+|\d+|\\frac|\\sqrt|\\pi(?![a-zA-Z])|\\infty|\\cdot|\\times|\\div|\\\{|\\\}|[a-zA-Z]|[-+*/^()\[\]{},])")
+_REFUSED_LETTERS = set("eEiIdDfgh")  # Euler's e, the imaginary unit, d in dx, function names
+
+
+class _Approx:
+    """Float value of a LaTeX expression in numbers, single-letter variables (bound to
+    fixed values), \\pi, \\sqrt, \\frac, + - * / ^ and implicit products. Raises
+    _NotNumeric for anything it is not sure to read as sympy would."""
+
+    def __init__(self, toks: list[str]):
+        self.t, self.i, self.depth = toks, 0, 0
+
+    def peek(self):
+        return self.t[self.i] if self.i < len(self.t) else None
+
+    def take(self, tok=None):
+        cur = self.peek()
+        if cur is None or (tok is not None and cur != tok):
+            raise _NotNumeric
+        self.i += 1
+        return cur
+
+    def parse(self) -> float:
+        v = self.expr()
+        if self.i != len(self.t):
+            raise _NotNumeric
+        return v
+
+    def expr(self) -> float:
+        v = self.term()
+        while self.peek() in ("+", "-"):
+            op = self.take()
+            w = self.term()
+            v = v + w if op == "+" else v - w
+        return v
+
+    def term(self) -> float:
+        v = self.signed()
+        divided = implicit = False
+        while True:
+            tok = self.peek()
+            if tok in ("*", "/", "\\cdot", "\\times", "\\div"):
+                self.take()
+                w = self.signed()
+                if tok in ("/", "\\div"):
+                    divided = True
+                    v = v / w
+                else:
+                    v = v * w
+            elif tok is not None and (tok in ("(", "\\pi", "\\sqrt", "\\frac") or (tok.isalpha() and len(tok) == 1)):
+                if tok == "\\frac" and self.i > 0 and self.t[self.i - 1][0].isdigit():
+                    raise _NotNumeric  # 2\frac{1}{2}: a mixed number (5/2) or a product? sympy decides
+                implicit = True
+                v = v * self.power()
+            else:
+                break
+            if divided and implicit:
+                raise _NotNumeric  # a/bc: grouping is ambiguous
+        return v
+
+    def signed(self) -> float:
+        if self.peek() == "-":
+            self.take()
+            return -self.signed()
+        if self.peek() == "+":
+            self.take()
+            return self.signed()
+        return self.power()
+
+    def power(self) -> float:
+        base = self.atom()
+        if self.peek() == "^":
+            self.take()
+            if self.peek() == "{":
+                exp = self.atom()
+            else:
+                tok = self.take()
+                if tok.isdigit() and len(tok) == 1:
+                    exp = float(tok)
+                elif tok.isalpha() and len(tok) == 1 and tok not in _REFUSED_LETTERS:
+                    exp = _var(tok)
+                else:
+                    raise _NotNumeric
+            if self.peek() == "^":
+                raise _NotNumeric
+            if base < 0 and exp != int(exp):
+                raise _NotNumeric
+            return base**exp
+        return base
+
+    def atom(self) -> float:
+        tok = self.take()
+        if tok in ("(", "{", "["):
+            self.depth += 1
+            if self.depth > 50:
+                raise _NotNumeric
+            v = self.expr()
+            self.take({"(": ")", "{": "}", "[": "]"}[tok])
+            self.depth -= 1
+            return v
+        if tok == "\\frac":
+            return self.group() / self.group()
+        if tok == "\\sqrt":
+            n = 2.0
+            if self.peek() == "[":
+                self.take()
+                n = self.expr()
+                self.take("]")
+            x = self.group()
+            if x < 0 or n <= 0:
+                raise _NotNumeric
+            return x ** (1.0 / n)
+        if tok == "\\pi":
+            return math.pi
+        if tok[0].isdigit() or tok[0] == ".":
+            if self.peek() is not None and (self.peek()[0].isdigit() or self.peek()[0] == "."):
+                raise _NotNumeric
+            return float(tok)
+        if tok.isalpha() and len(tok) == 1 and tok not in _REFUSED_LETTERS:
+            return _var(tok)
+        raise _NotNumeric
+
+    def group(self) -> float:
+        if self.peek() == "{":
+            return self.atom()
+        tok = self.take()
+        if tok.isdigit() and len(tok) == 1:
+            return float(tok)
+        if tok.isalpha() and len(tok) == 1 and tok not in _REFUSED_LETTERS:
+            return _var(tok)
+        raise _NotNumeric
+
+
+def _var(name: str) -> float:
+    # A fixed, "generic" value per variable: distinct expressions rarely agree at it.
+    return 0.5 + ((ord(name) * 0.6180339887498949) % 1.0) * 1.7
+
+
+def _split_top(toks: list[str]) -> list[list[str]]:
+    """Split tokens at top-level commas; an outer bracket pair around a list is dropped."""
+    opens, closes = {"(", "[", "{", "\\{"}, {")", "]", "}", "\\}"}
+    depth, outer = 0, False
+    for k, tok in enumerate(toks):
+        depth += tok in opens
+        depth -= tok in closes
+        if depth == 0:
+            outer = k == len(toks) - 1 and toks[0] in opens
+            if k < len(toks) - 1:
+                break
+    inner = toks[1:-1] if outer and "," in toks else toks
+    parts, cur, depth = [], [], 0
+    for tok in inner:
+        if tok == "," and depth == 0:
+            parts.append(cur)
+            cur = []
+            continue
+        depth += tok in opens
+        depth -= tok in closes
+        cur.append(tok)
+    parts.append(cur)
+    return parts
+
+
+def _approx_values(s: str) -> list[float] | None:
+    if len(s) > 2000:
+        return None
+    toks, i = [], 0
+    while i < len(s):
+        m = _ATOK.match(s, i)
+        if not m:
+            return None
+        toks.append(m.group(1))
+        i = m.end()
+        while i < len(s) and s[i] == " ":
+            i += 1
+    if not toks:
+        return None
+    out = []
+    for part in _split_top(toks):
+        if part in (["\\infty"], ["+", "\\infty"]):
+            out.append(math.inf)
+            continue
+        if part == ["-", "\\infty"]:
+            out.append(-math.inf)
+            continue
+        try:
+            v = _Approx(part).parse()
+        except (_NotNumeric, ZeroDivisionError, OverflowError, ValueError, TypeError, RecursionError):
+            return None
+        if isinstance(v, complex) or not math.isfinite(v):
+            return None
+        out.append(v)
+    return out
+
+
+def _far(a: float, b: float) -> bool:
+    if a == b:
+        return False
+    if math.isinf(a) or math.isinf(b):
+        return True
+    return abs(a - b) > 1e-6 * max(abs(a), abs(b), 1e-9)
+
+
+def definitely_different(gold: str, pred: str) -> bool:
+    """True when both answers evaluate (as numbers, lists or interval ends, variables at
+    fixed values) to values that differ beyond rounding; False means "not known"."""
+    if "=" in gold or "=" in pred:
+        return False
+    gw, pw = gold.replace(" ", ""), pred.replace(" ", "")
+    if gw.isalpha() and pw.isalpha() and len(gw) > 1 and len(pw) > 1:
+        return gw.lower() != pw.lower()  # two words (names, "yes"/"no")
+    g, p = _approx_values(gold), _approx_values(pred)
+    if g is None or p is None:
+        return False
+    if len(g) != len(p):
+        return len(g) > 1 or len(p) > 1
+    return any(_far(a, b) for a, b in zip(sorted(g), sorted(p)))
+
+
+# --------------------------------------------------------------------------- symbolic (math-verify)
+
+_log_quieted = False
+
+
+def warmup() -> None:
+    """Import math-verify and sympy once per worker and exercise the parser."""
+    _symbolic_equal("\\frac{1}{2}", "\\sqrt{x}")
+
+
+def _mv():
+    global _log_quieted
+    import math_verify
+
+    if not _log_quieted:
+        logging.getLogger("math_verify").setLevel(logging.ERROR)
+        _log_quieted = True
+    return math_verify
+
+
+@lru_cache(maxsize=256)
+def _parse_cached(latex: str):
+    mv = _mv()
+    cfg = (mv.LatexExtractionConfig(boxed_match_priority=0), mv.ExprExtractionConfig())
+    return mv.parse("\\boxed{" + latex + "}", extraction_config=cfg, fallback_mode="no_fallback",
+                    parsing_timeout=None)
+
+
+def _is_close_number(a, b) -> bool | None:
+    """For two numeric sympy values: whether they agree to REL_TOL (None if unknown)."""
+    try:
+        if not (getattr(a, "is_number", False) and getattr(b, "is_number", False)):
+            return None
+        if not (a.has(_sympy_float()) or b.has(_sympy_float())):
+            return None
+        x, y = complex(a.evalf(30)), complex(b.evalf(30))
+    except Exception:  # noqa: BLE001 - sympy raises many kinds; unknown means "keep the verdict"
+        return None
+    scale = max(abs(x), abs(y))
+    return abs(x - y) <= float(REL_TOL) * scale
+
+
+def _sympy_float():
+    import sympy
+
+    return sympy.Float
+
+
+def _symbolic_equal(gold: str, pred: str) -> bool:
+    mv = _mv()
+    g = _parse_cached(gold)
+    p = _parse_cached(pred)
+    if not g or not p:
+        return False
+    if not mv.verify(g, p, timeout_seconds=None):
+        return False
+    close = _is_close_number(g[0], p[0])
+    return close is not False
+
+
+# --------------------------------------------------------------------------- comparison
+
+_NAME_LHS = re.compile(r"^\s*(?:[a-zA-Z]|\\[a-zA-Z]+)(?:_\{?[a-zA-Z0-9]+\}?)?(?:\s*\([^()=]*\))?\s*$")
+_RELATION = re.compile(r"<|>|\\le|\\ge|\\neq|\\ne(?![a-z])|\\lt|\\gt")
+
+
+def _equation_rhs(pred: str, gold: str) -> str | None:
+    """For a gold value and a predicted equation: the value the equation states, or None
+    when it states none (``x^2-4=0`` does not state ``0``)."""
+    if "=" not in pred or "=" in gold or _RELATION.search(pred) or "," in pred:
+        return pred
+    parts = pred.split("=")
+    lhs, rhs = parts[0], parts[-1].strip()
+    if not rhs:
+        return None
+    if _NAME_LHS.match(lhs) or not re.search(r"[a-zA-Z]", "=".join(parts[:-1])):
+        return rhs
+    return None
+
+
+_BASE_NUM = re.compile(r"^([0-9A-Za-z]+)_\{?(\d{1,2})\}?$")
+
+
+def _base_number(s: str) -> tuple[int, int, str] | None:
+    """(value, base, digits) of a number written with a base subscript (``52_8``)."""
+    m = _BASE_NUM.match(s.replace(" ", ""))
+    if not m:
+        return None
+    digits, base = m.group(1), int(m.group(2))
+    if not 2 <= base <= 36:
+        return None
+    try:
+        return int(digits, base), base, digits
+    except ValueError:
+        return None
+
+
+def _compare_bases(g: str, p: str) -> bool | None:
+    """Base-subscript answers: same base and value; a bare numeral must match the gold's
+    digits; a gold in base 10 compares by value. None when neither side uses a base.
+    (math-verify drops the subscript, so it grades 52_8 equal to 52_9.)"""
+    gb, pb = _base_number(g), _base_number(p)
+    if gb is None and pb is None:
+        return None
+    if gb is not None and pb is not None:
+        return gb[1] == pb[1] and gb[0] == pb[0]
+    if gb is not None:
+        return p.replace(" ", "").lstrip("0") == gb[2].lstrip("0")
+    gv = _value_or_huge(g)
+    return isinstance(gv, tuple) and gv[0] == pb[0]
+
+
+def _value_or_huge(s: str):
+    try:
+        return numeric_value(s)
+    except _Huge:
+        return "huge"
+
+
+def equivalent(gold: str, pred: str, max_symbolic_chars: int = 1000) -> tuple[bool, str]:
+    """(equal, method) for two extracted answers; method names the deciding stage."""
+    g, p = normalize(gold), normalize(pred)
+    if not p:
+        return False, "empty"
+    if _key(g) == _key(p):
+        return True, "string"
+    p2 = _equation_rhs(p, g)
+    if p2 is None:
+        return False, "equation"
+    if p2 is not p:
+        p = p2
+        if _key(g) == _key(p):
+            return True, "string"
+    base = _compare_bases(g, p)
+    if base is not None:
+        return base, "base"
+    gv, pv = _value_or_huge(g), _value_or_huge(p)
+    if gv == "huge" or pv == "huge":
+        return False, "too_large"  # never handed to sympy, which would try to build it
+    if gv is not None and pv is not None:
+        return _numbers_equal(gv[0], gv[1], pv[0], pv[1]), "numeric"
+    if definitely_different(g, p):
+        return False, "approx"
+    if len(p) > max_symbolic_chars or len(g) > max_symbolic_chars:
+        return False, "too_long"
+    return _symbolic_equal(g, p), "symbolic"
+
+
+def verify(record: dict, completion: str, config: dict) -> dict:
+    """Grade one completion against record["answer"] (see the module docstring)."""
+    if "answer" not in record or record["answer"] is None:
+        return {"status": "error", "extracted": None, "error": "record has no answer (field answer)"}
+    mode = config.get("mode", "default")
+    if mode != "default":
+        return _lm_eval(record["answer"], completion, mode)
+    try:
+        gold = gold_answer(record["answer"])
+    except ValueError as e:
+        return {"status": "error", "extracted": None, "error": f"{e} (field answer)"}
+    pred, how = extract_answer(completion, config.get("last_number", True))
+    if pred is None:
+        return {"status": "no_answer", "extracted": None}
+    ok, method = equivalent(gold, pred, config.get("max_symbolic_chars", 1000))
+    return {"status": "correct" if ok else "wrong", "extracted": pred[:1000], "method": method, "source": how}

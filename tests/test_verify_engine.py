@@ -1,0 +1,433 @@
+"""The verification engine: worker pool (order, streaming, hard timeouts, crash recovery,
+threads), reward tables, summaries and the rlvr-verify command.
+
+A test-only verifier module ("probe", written to a temp dir and registered in MODULES)
+does what its completion says: sleep, spin forever, raise, segfault, exit, print noise,
+allocate memory, report its pid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+
+import pytest
+
+from helpers import invoke, jsonl
+from rlvr.verifiers import MODULES
+from rlvr.verifiers.pool import VerifierPool, normalize_config
+from rlvr.verifiers.rewards import RewardTable, parse_table_spec
+from rlvr.verifiers.summary import format_text, summarize
+
+PROBE = '''
+"""Test-only verifier: the completion is the command."""
+import ctypes, os, sys, time
+NAME = "probe"
+VERSION = "p1"
+TIMEOUT_S = 1.0
+
+def verify(record, completion, config):
+    cmd, _, arg = completion.partition(":")
+    if cmd == "ok":
+        return {"status": "correct", "extracted": arg}
+    if cmd == "wrong":
+        return {"status": "wrong", "extracted": arg}
+    if cmd == "sleep":
+        time.sleep(float(arg))
+        return {"status": "correct", "extracted": arg}
+    if cmd == "spin":
+        while True:
+            pass
+    if cmd == "raise":
+        raise ValueError("boom")
+    if cmd == "segv":
+        ctypes.string_at(0)
+    if cmd == "exit":
+        os._exit(3)
+    if cmd == "print":
+        print("noise " * 20000, flush=True)
+        os.write(1, b"\\x00\\x00\\x00\\x07garbage")
+        return {"status": "correct", "extracted": "printed"}
+    if cmd == "pid":
+        return {"status": "correct", "extracted": str(os.getpid())}
+    if cmd == "invalid":
+        return {"status": "great"}
+    if cmd == "mem":
+        b = bytearray(int(arg) * 1024 * 1024)
+        return {"status": "correct", "extracted": str(len(b))}
+    if cmd == "score":
+        return {"status": "wrong", "extracted": None, "score": float(arg), "strict": [True, False], "loose": [True, True]}
+    if cmd == "config":
+        return {"status": "correct", "extracted": repr(sorted(config.items()))}
+    return {"status": "no_answer", "extracted": None}
+'''
+
+
+@pytest.fixture(scope="module")
+def probe_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("probe")
+    (d / "rlvr_probe_verifier.py").write_text(PROBE)
+    sys.path.insert(0, str(d))
+    MODULES["probe"] = "rlvr_probe_verifier"
+    yield d
+    MODULES.pop("probe", None)
+    sys.path.remove(str(d))
+
+
+@pytest.fixture(scope="module")
+def pool(probe_dir):
+    with VerifierPool(jobs=2, timeout=1.0, memory_mb=1024) as p:
+        yield p
+
+
+def rec(i, *completions, **extra):
+    return {"id": str(i), "verifier": "probe", "completions": list(completions), **extra}
+
+
+def statuses(r):
+    return [v["status"] for v in r["verdicts"]]
+
+
+# ------------------------------------------------------------------------------ the pool
+
+
+def test_order_is_kept_and_n_in_gives_n_out(pool):
+    recs = [rec(i, f"sleep:{0.03 * (i % 3)}", f"ok:{i}") for i in range(30)]
+    out = pool.verify_all(recs)
+    assert [r["id"] for r in out] == [str(i) for i in range(30)]
+    assert all(r["rewards"] == [1.0, 1.0] for r in out)
+    v = out[0]["verdicts"][1]
+    assert v["extracted"] == "0" and v["verifier"] == "probe" and v["version"] == "p1"
+    assert isinstance(v["duration_s"], float)
+    assert "verdicts" not in recs[0]  # the caller's dicts are not modified
+
+
+def test_a_hang_times_out_and_the_rest_of_the_record_is_kept(pool):
+    t0 = time.monotonic()
+    [r] = pool.verify_all([rec(1, "ok:a", "spin", "ok:b", "ok:c")])
+    elapsed = time.monotonic() - t0
+    assert statuses(r) == ["correct", "timeout", "correct", "correct"]
+    assert r["rewards"] == [1.0, 0.0, 1.0, 1.0]
+    assert "1 s" in r["verdicts"][1]["error"] and r["verdicts"][1]["version"] == "p1"
+    assert elapsed < 10, elapsed
+
+
+def test_timeout_is_per_verification_not_per_record(pool):
+    # Three 0.6 s verifications in one record, 1 s timeout: none may time out.
+    [r] = pool.verify_all([rec(1, "sleep:0.6", "sleep:0.6", "sleep:0.6")])
+    assert statuses(r) == ["correct"] * 3
+
+
+def test_crashes_are_verdicts_and_the_rest_goes_on(pool):
+    [r] = pool.verify_all([rec(1, "ok:1", "segv", "ok:2", "exit", "raise", "invalid", "ok:3")])
+    assert statuses(r) == ["correct", "error", "correct", "error", "error", "error", "correct"]
+    assert "SIGSEGV" in r["verdicts"][1]["error"]
+    assert "exit code 3" in r["verdicts"][3]["error"]
+    assert r["verdicts"][4]["error"] == "ValueError: boom"
+    assert "invalid verdict" in r["verdicts"][5]["error"]
+    assert pool.stats["workers_crashed"] >= 2
+
+
+def test_a_crashed_or_killed_worker_is_replaced_and_a_warm_one_kept(probe_dir):
+    with VerifierPool(jobs=1, timeout=0.5) as p:
+        pid = lambda: p.verify_all([rec(0, "pid")])[0]["verdicts"][0]["extracted"]  # noqa: E731
+        first = pid()
+        assert pid() == first                      # kept warm across calls
+        p.verify_all([rec(1, "segv")])
+        second = pid()
+        assert second != first                     # a fresh worker after the crash
+        p.verify_all([rec(2, "spin")])
+        assert pid() not in (first, second)        # and after the kill
+        assert p.stats["workers_started"] == 3
+
+
+def test_verifier_output_cannot_corrupt_the_protocol(pool):
+    [r] = pool.verify_all([rec(1, "print", "ok:after")])
+    assert statuses(r) == ["correct", "correct"]
+
+
+def test_memory_limit_turns_a_blowup_into_an_error_verdict(pool):
+    [r] = pool.verify_all([rec(1, "mem:2048", "ok:still-alive")])
+    assert statuses(r) == ["error", "correct"]
+    assert "MemoryError" in r["verdicts"][0]["error"]
+
+
+def test_records_without_completions_and_error_records_pass(pool):
+    err = {"error": {"file": "a.jsonl", "line": 3, "message": "invalid JSON"}}
+    out = pool.verify_all([rec(1), {"id": "2", "verifier": "probe"}, err, rec(4, "ok:x")])
+    assert out[0]["rewards"] == [] and out[0]["verdicts"] == []
+    assert out[1]["rewards"] == [] and out[1]["verdicts"] == []
+    assert out[2] is err and "rewards" not in err
+    assert out[3]["rewards"] == [1.0]
+
+
+def test_unknown_missing_or_unavailable_verifiers_are_error_verdicts(pool):
+    MODULES_BEFORE = dict(pool.modules)
+    out = pool.verify_all([
+        {"id": "a", "completions": ["x"]},
+        {"id": "b", "verifier": "nonesuch", "completions": ["x"]},
+        {"id": "c", "verifier": "code", "completions": ["x", "y"]} if "code" in MODULES_BEFORE else rec("c", "ok:x"),
+    ])
+    assert out[0]["verdicts"][0]["status"] == "error" and "no verifier" in out[0]["verdicts"][0]["error"]
+    assert "unknown verifier 'nonesuch'" in out[1]["verdicts"][0]["error"]
+    assert len(out[2]["verdicts"]) == len(out[2]["completions"])
+
+
+def test_a_module_that_fails_to_import_gives_error_verdicts(probe_dir):
+    (probe_dir / "rlvr_broken_verifier.py").write_text("raise ImportError('needs a missing library')\n")
+    with VerifierPool(jobs=1, modules={**MODULES, "broken": "rlvr_broken_verifier"}) as p:
+        out = p.verify_all([{"id": "1", "verifier": "broken", "completions": ["a", "b"]},
+                            {"id": "2", "verifier": "probe", "completions": ["ok:z"]}])
+    assert [v["status"] for v in out[0]["verdicts"]] == ["error", "error"]
+    assert "needs a missing library" in out[0]["verdicts"][0]["error"]
+    assert out[1]["rewards"] == [1.0]
+
+
+def test_memory_stays_bounded_by_the_window(probe_dir):
+    pulled = 0
+
+    def source():
+        nonlocal pulled
+        for i in range(200):
+            pulled += 1
+            yield rec(i, "ok:1")
+
+    with VerifierPool(jobs=1, window=5) as p:
+        it = p.verify_records(source())
+        next(it)
+        assert pulled <= 6
+        assert sum(1 for _ in it) == 199
+
+
+def test_input_error_comes_after_the_records_before_it(pool):
+    def source():
+        yield rec(1, "ok:1")
+        yield rec(2, "ok:2")
+        raise ValueError("bad line 3")
+
+    got = []
+    with pytest.raises(ValueError, match="bad line 3"):
+        for r in pool.verify_records(source()):
+            got.append(r["id"])
+    assert got == ["1", "2"]
+
+
+def test_stopping_early_leaves_the_pool_usable(pool):
+    for r in pool.verify_records(rec(i, "sleep:0.2", "ok:1") for i in range(10)):
+        break
+    out = pool.verify_all([rec(1, "ok:again")])
+    assert out[0]["rewards"] == [1.0]
+
+
+def test_works_from_a_non_main_thread_and_still_kills_hangs(probe_dir):
+    result = {}
+
+    def driver():
+        with VerifierPool(jobs=1, timeout=0.5) as p:
+            result["out"] = p.verify_all([rec(1, "spin", "ok:1")])
+
+    t = threading.Thread(target=driver)
+    t.start()
+    t.join(60)
+    assert not t.is_alive()
+    assert statuses(result["out"][0]) == ["timeout", "correct"]
+
+
+def test_module_timeout_and_per_verifier_override(probe_dir):
+    with VerifierPool(jobs=1) as p:
+        assert p.timeout_for("probe", 1.0) == 1.0 and p.timeout_for("code", None) == 5.0
+    with VerifierPool(jobs=1, timeout={"probe": 0.3, "math": 2}) as p:
+        assert p.timeout_for("probe", 1.0) == 0.3 and p.timeout_for("math", 3.0) == 2.0
+        [r] = p.verify_all([rec(1, "sleep:0.6")])
+        assert statuses(r) == ["timeout"]
+    with pytest.raises(ValueError):
+        VerifierPool(jobs=1, timeout=-1)
+
+
+def test_config_forms_reach_the_verifier(probe_dir):
+    assert normalize_config({"math_mode": "strict-match", "math.last_number": False, "code": {"x": 1}}, MODULES) == \
+        {"math": {"mode": "strict-match", "last_number": False}, "code": {"x": 1}}
+    with pytest.raises(ValueError):
+        normalize_config({"bogus": 1}, MODULES)
+    with pytest.raises(ValueError, match="math.mode"):
+        VerifierPool(jobs=1, config={"math.mode": "nope"})
+    with VerifierPool(jobs=1, config={"probe": {"k": 1}}) as p:
+        [r] = p.verify_all([rec(1, "config")])
+    assert r["verdicts"][0]["extracted"] == "[('k', 1)]"
+
+
+def test_math_records_and_a_real_sympy_hang_through_the_pool():
+    recs = [{"id": "g", "verifier": "math", "answer": "18",
+             "completions": ["\\boxed{18}", "#### 19", "\\boxed{x^{9^{9^{9}}}}", "The answer is 18."]}]
+    t0 = time.monotonic()
+    with VerifierPool(jobs=1, timeout=1.5) as p:
+        [r] = p.verify_all(recs)
+    assert statuses(r) == ["correct", "wrong", "timeout", "correct"]
+    assert r["verdicts"][0]["verifier"] == "math" and r["verdicts"][0]["version"] == "1"
+    assert time.monotonic() - t0 < 30
+
+
+# ------------------------------------------------------------------------------ rewards
+
+
+def test_reward_table_defaults_overrides_and_files(tmp_path):
+    t = RewardTable()
+    assert [t.reward({"status": s}) for s in ("correct", "wrong", "no_answer", "timeout", "error")] == [1, 0, 0, 0, 0]
+    t = RewardTable.parse("no_answer=-0.1, wrong=0.1")
+    assert t.reward({"status": "no_answer"}) == -0.1 and t.reward({"status": "wrong"}) == 0.1
+    assert t.reward({"status": "correct"}) == 1.0
+    f = tmp_path / "t.yaml"
+    f.write_text("reward_table:\n  correct: 2\n  timeout: -1\n")
+    assert parse_table_spec(str(f)) == {"correct": 2.0, "wrong": 0.0, "no_answer": 0.0, "timeout": -1.0, "error": 0.0}
+    (tmp_path / "t.json").write_text('{"error": -0.5}')
+    assert RewardTable.parse(str(tmp_path / "t.json")).reward({"status": "error"}) == -0.5
+    for bad in ("great=1", "correct", "correct=abc", "correct=nan"):
+        with pytest.raises(ValueError):
+            RewardTable.parse(bad)
+    with pytest.raises(ValueError):
+        RewardTable(mode="partial")
+
+
+def test_fraction_mode_uses_the_score():
+    t = RewardTable(mode="fraction")
+    assert t.reward({"status": "wrong", "score": 0.5}) == 0.5
+    assert t.reward({"status": "correct", "score": 1.0}) == 1.0
+    assert t.reward({"status": "timeout", "score": 0.9}) == 0.0
+    assert t.reward({"status": "correct"}) == 1.0
+    t = RewardTable({"wrong": -1.0, "correct": 1.0}, mode="fraction")
+    assert t.reward({"status": "wrong", "score": 0.25}) == -0.5
+    assert RewardTable().reward({"status": "wrong", "score": 0.5}) == 0.0
+
+
+# ------------------------------------------------------------------------------ summary
+
+
+def test_summary_counts_and_if_metrics_by_hand():
+    recs = [
+        {"id": "1", "dataset": "gsm8k", "verifier": "math", "rewards": [1.0, 0.0, 0.0],
+         "verdicts": [{"status": "correct", "duration_s": 0.1}, {"status": "wrong", "duration_s": 0.3},
+                      {"status": "timeout", "duration_s": 3.0}]},
+        {"id": "2", "dataset": "ifeval", "verifier": "ifeval", "instruction_id_list": ["a", "b"], "rewards": [1.0, 0.0, 0.0],
+         "verdicts": [{"status": "correct", "strict": [True, True], "loose": [True, True]},
+                      {"status": "wrong", "strict": [True, False], "loose": [True, True]},
+                      {"status": "error"}]},
+        {"error": {"file": "x", "line": 1, "message": "bad"}},
+    ]
+    s = summarize(recs)
+    a = s["all"]
+    assert a["records"] == 2 and a["completions"] == 6 and s["error_records"] == 1
+    assert a["accuracy"] == pytest.approx(2 / 6) and a["mean_reward"] == pytest.approx(2 / 6)
+    assert a["status"] == {"correct": 2, "wrong": 2, "no_answer": 0, "timeout": 1, "error": 1} and a["timeouts"] == 1
+    assert a["max_duration_s"] == 3.0
+    g = s["per_dataset"]["gsm8k"]
+    assert g["accuracy"] == pytest.approx(1 / 3) and "prompt_level_strict_acc" not in g
+    i = s["per_dataset"]["ifeval"]
+    # prompt level: 1 of 3 strict, 2 of 3 loose; instruction level: 3 of 6 strict, 4 of 6 loose
+    assert i["prompt_level_strict_acc"] == pytest.approx(1 / 3) and i["prompt_level_loose_acc"] == pytest.approx(2 / 3)
+    assert i["inst_level_strict_acc"] == pytest.approx(3 / 6) and i["inst_level_loose_acc"] == pytest.approx(4 / 6)
+    text = format_text(s)
+    assert text.splitlines()[0].split()[:3] == ["dataset", "records", "completions"]
+    assert "prompt_level_strict_acc" in text and "error records passed through: 1" in text
+
+
+# ------------------------------------------------------------------------------ the command
+
+MATH = [
+    {"id": "a", "dataset": "gsm8k", "verifier": "math", "answer": "18", "completions": ["\\boxed{18}", "#### 17", "none"]},
+    {"id": "b", "dataset": "math500", "verifier": "math", "answer": "\\frac{1}{2}", "completions": ["The answer is $0.5$."]},
+]
+
+
+def test_cli_verifies_and_summarises_on_stderr():
+    r = invoke("rlvr-verify", ["-j", "1", "--summary"], jsonl(*MATH))
+    assert r.code == 0, r.stderr
+    out = r.records()
+    assert [x["id"] for x in out] == ["a", "b"]
+    assert out[0]["rewards"] == [1.0, 0.0, 0.0] and out[1]["rewards"] == [1.0]
+    assert [v["status"] for v in out[0]["verdicts"]] == ["correct", "wrong", "no_answer"]
+    lines = r.stderr.splitlines()
+    assert lines[0].split()[0] == "dataset"
+    assert lines[1].split()[:7] == ["all", "2", "4", "0.5000", "0.5000", "2", "1"]
+
+
+def test_cli_summary_file_reward_table_and_forced_verifier(tmp_path):
+    recs = [{k: v for k, v in MATH[0].items() if k != "verifier"}]
+    summ = tmp_path / "s.json"
+    r = invoke("rlvr-verify", ["-j", "1", "--verifier", "math", "--reward-table", "no_answer=-0.5,wrong=0.1",
+                               f"--summary={summ}"], jsonl(*recs))
+    assert r.code == 0, r.stderr
+    assert r.records()[0]["rewards"] == [1.0, 0.1, -0.5]
+    s = json.loads(summ.read_text())
+    assert s["all"]["status"]["no_answer"] == 1 and s["per_dataset"]["gsm8k"]["completions"] == 3
+    assert r.stderr == ""
+
+
+def test_cli_bare_summary_never_takes_the_input_file(tmp_path):
+    f = tmp_path / "in.jsonl"
+    f.write_text(jsonl(*MATH))
+    r = invoke("rlvr-verify", ["-j", "1", "--summary", str(f)])
+    assert r.code == 0, r.stderr
+    assert len(r.records()) == 2 and r.stderr.startswith("dataset")
+    assert f.read_text() == jsonl(*MATH)
+
+
+def test_cli_lm_eval_mode_and_options():
+    rec = {"id": "a", "verifier": "math", "answer": "18", "completions": ["The answer is $18.00.", "#### 18"]}
+    r = invoke("rlvr-verify", ["-j", "1", "--set", "math.mode=flexible-extract"], jsonl(rec))
+    assert r.code == 0, r.stderr
+    assert r.records()[0]["rewards"] == [0.0, 1.0]
+    r = invoke("rlvr-verify", ["-j", "1", "--set", "math.mode=strict-match", "--set", "math.last_number=false"], jsonl(rec))
+    assert r.code == 0 and r.records()[0]["rewards"] == [0.0, 1.0]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--set", "math.mode=bogus"], "math.mode must be one of"),
+    (["--set", "nothing"], "VERIFIER.OPTION=VALUE"),
+    (["--set", "maths.mode=x"], "unknown verifier option"),
+    (["--reward-table", "great=1"], "unknown status 'great'"),
+    (["--timeout", "soon"], "SECONDS"),
+    (["--timeout", "0"], "positive"),
+])
+def test_cli_bad_options_exit_2(args, needle):
+    r = invoke("rlvr-verify", args, jsonl(*MATH))
+    assert r.code == 2, (r.code, r.stderr)
+    assert needle in r.stderr and "Traceback" not in r.stderr
+
+
+def test_cli_record_without_verifier_gets_error_verdicts_and_a_warning():
+    r = invoke("rlvr-verify", ["-j", "1"], jsonl(MATH[0], {"id": "x", "completions": ["1"]}))
+    assert r.code == 0, r.stderr
+    out = r.records()
+    assert out[1]["verdicts"][0]["status"] == "error" and out[1]["rewards"] == [0.0]
+    assert "1 record(s) name no verifier" in r.stderr
+
+
+def test_cli_missing_completions_is_exit_3_after_the_records_before_it():
+    r = invoke("rlvr-verify", ["-j", "1"], jsonl(MATH[0], {"id": "x", "verifier": "math"}))
+    assert r.code == 3
+    assert r.stderr.strip().splitlines()[-1] == "rlvr-verify: error: <stdin>:2: required field is missing (field completions)"
+    assert [x["id"] for x in r.records()] == ["a"]
+
+
+def test_cli_keep_going_passes_error_records_through():
+    r = invoke("rlvr-verify", ["-j", "1", "--keep-going"], jsonl(MATH[0]) + "{oops\n" + jsonl(MATH[1]))
+    assert r.code == 0, r.stderr
+    out = r.records()
+    assert len(out) == 3 and out[1]["error"]["line"] == 2 and "rewards" not in out[1]
+    assert out[2]["rewards"] == [1.0]
+
+
+def test_cli_runs_as_a_program_and_survives_a_closed_pipe(tmp_path):
+    import subprocess
+
+    f = tmp_path / "in.jsonl"
+    f.write_text(jsonl(*(MATH * 200)))
+    code = "from rlvr.commands.verify import main; main()"
+    p = subprocess.run(f"{sys.executable} -c '{code}' -j 2 {f} | head -n 1", shell=True, capture_output=True,
+                       text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert p.returncode == 0
+    assert len(p.stdout.splitlines()) == 1 and json.loads(p.stdout)["rewards"] == [1.0, 0.0, 0.0]
+    assert "Traceback" not in p.stderr, p.stderr

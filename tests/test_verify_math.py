@@ -1,0 +1,259 @@
+"""The math verifier: extraction, normalisation, equivalence, lm_eval modes, hostile input,
+and conformance on every GSM8K test and MATH-500 answer (tests/data/math)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import time
+
+import pytest
+
+from helpers import DATA
+from rlvr.verifiers import math as vm
+
+
+def grade(answer, completion, **config):
+    return vm.verify({"answer": answer}, completion, config)
+
+
+def status(answer, completion, **config):
+    return grade(answer, completion, **config)["status"]
+
+
+# ------------------------------------------------------------------------------ extraction
+
+
+@pytest.mark.parametrize("text, want", [
+    ("so the total is \\boxed{18}.", "18"),
+    ("\\boxed{\\frac{1}{2}} and later \\boxed{\\left( 3, \\frac{\\pi}{2} \\right)}", "\\left( 3, \\frac{\\pi}{2} \\right)"),
+    ("\\fbox{7}", "7"),
+    ("nested \\boxed{\\frac{\\sqrt{2}}{2}} end", "\\frac{\\sqrt{2}}{2}"),
+    ("brace-less \\boxed 5 done", "5"),
+    ("escaped \\boxed{\\{1,2\\}}", "\\{1,2\\}"),
+    ("The answer is $\\frac{3}{4}$.", "\\frac{3}{4}"),
+    ("Final Answer: The final answer is $17$. I hope it is correct.", "17"),
+    ("Final Answer: The final answer is 2.5. I hope it is correct.", "2.5"),
+    ("Answer: 42 apples", "42 apples"),
+    ("She pays 3 + 4 = 7 dollars.\n#### 7", "7"),
+    ("#### 5\nThe answer is 6", "6"),  # the later anchor wins
+    ("The answer isn't obvious; 7 it is", "7"),
+    ("no anchor, but 12 then 1,250 then 3.5", "3.5"),
+])
+def test_extract(text, want):
+    assert vm.extract_answer(text)[0] == want
+
+
+def test_unbalanced_last_box_falls_back_to_an_earlier_one():
+    assert vm.last_boxed("\\boxed{1} then \\boxed{2") == "1"
+    assert vm.last_boxed("\\boxed{" * 5) is None
+
+
+def test_last_number_fallback_can_be_switched_off():
+    assert status("12", "I think it is 12") == "correct"
+    assert status("12", "I think it is 12", last_number=False) == "no_answer"
+    assert status("12", "no digits at all") == "no_answer"
+
+
+@pytest.mark.parametrize("raw, want", [
+    (18, "18"), (18.0, "18"), (2.5, "2.5"), ("Janet ... = 18\n#### 18", "18"),
+    ("We get $\\boxed{\\frac{1}{2}}$.", "\\frac{1}{2}"), (" \\frac{14}{3} ", "\\frac{14}{3}"),
+])
+def test_gold_forms(raw, want):
+    assert vm.gold_answer(raw) == want
+
+
+def test_bad_gold_is_an_error_verdict_not_a_crash():
+    assert grade(None, "\\boxed{1}")["status"] == "error"
+    v = vm.verify({}, "\\boxed{1}", {})
+    assert v["status"] == "error" and "answer" in v["error"]
+    assert grade(True, "\\boxed{1}")["status"] == "error"
+
+
+# ------------------------------------------------------------------------------ normalisation
+
+
+@pytest.mark.parametrize("gold, pred", [
+    ("1000", "1,000"), ("10000", "10{,}000"), ("10000", "10\\,000"), ("18", "\\$18"), ("18", "$18.00"),
+    ("18", "18 dollars"), ("5", "5\\text{ cm}"), ("864", "864 \\mbox{ inches}^2"), ("90", "90^\\circ"),
+    ("90", "90^{\\circ}"), ("90", "90°"), ("25", "25\\%"), ("\\frac{1}{2}", "\\dfrac{1}{2}"),
+    ("\\frac{1}{2}", "\\tfrac12"), ("11\\sqrt2", "11\\sqrt{2}"), ("3", "3.0"), ("2.5", "2.50"), ("5", "x = 5"),
+    ("5", "k=5"), ("\\text{Evelyn}", "Evelyn"), ("\\text{Evelyn}", "evelyn"), ("-3", "$-3$"), ("7", "\\(7\\)"),
+    ("4", "{4}"), ("\\left( 3, \\frac{\\pi}{2} \\right)", "(3,\\frac{\\pi}{2})"), ("5", "5cm"), ("60", "60mph"),
+    ("10", "10m^2"), ("\\frac{5}{2}", "2\\frac{1}{2}"),
+])
+def test_normalised_spellings_are_equal(gold, pred):
+    v = grade(gold, f"\\boxed{{{pred}}}")
+    assert v["status"] == "correct", v
+
+
+# ------------------------------------------------------------------------------ equivalence
+
+
+@pytest.mark.parametrize("gold, pred, method", [
+    ("\\frac{1}{2}", "0.5", "numeric"),
+    ("0.5", "\\frac{2}{4}", "numeric"),
+    ("5", "2+3", "numeric"),
+    ("\\frac{1}{3}", "0.333333", "numeric"),
+    ("52_8", "52_8", "string"),
+    ("52_8", "52", "base"),
+    ("2^{10}", "1024", "numeric"),
+    ("\\sqrt{8}", "2\\sqrt{2}", "symbolic"),
+    ("1,-2", "-2, 1", "symbolic"),
+    ("x^2+2x+1", "(x+1)^2", "symbolic"),
+])
+def test_equal(gold, pred, method):
+    assert vm.equivalent(gold, pred) == (True, method)
+
+
+@pytest.mark.parametrize("gold, pred, method", [
+    ("18", "19", "numeric"),
+    ("\\frac{1}{3}", "0.33", "numeric"),
+    ("0.0000672", "0.0000673", "numeric"),       # math-verify rounds both to 6 decimals: equal
+    ("52_8", "52_9", "base"),                    # math-verify drops the subscript: equal
+    ("0", "x^2-4=0", "equation"),                # math-verify takes the right-hand side: equal
+    ("3\\sqrt{13}", "3\\sqrt{14}", "approx"),
+    ("(3,4]", "(3,5]", "approx"),
+    ("p - q", "p + q", "approx"),
+    ("\\text{Evelyn}", "\\text{Evelynz}", "approx"),
+    ("1,-2", "1", "approx"),
+    ("5", "9^{9^{9^{9}}}", "too_large"),
+    ("5", "5x", "approx"),                       # a glued letter is not a unit
+    ("5x", "5", "approx"),
+])
+def test_not_equal(gold, pred, method):
+    assert vm.equivalent(gold, pred) == (False, method)
+
+
+def test_exact_rationals_and_relative_tolerance_for_decimals():
+    assert status("1000000", "\\boxed{1000001}") == "wrong"          # integers: exact
+    assert status("\\frac{2}{3}", "\\boxed{0.666667}") == "correct"   # a decimal: 1e-6 relative
+    assert status("\\frac{2}{3}", "\\boxed{0.6667}") == "wrong"
+
+
+def test_equations_that_state_the_value_pass():
+    assert status("5", "\\boxed{x = 5}") == "correct"
+    assert status("5", "\\boxed{f(2) = 5}") == "correct"
+    assert status("5", "\\boxed{2 + 3 = 5}") == "correct"
+    assert status("0", "\\boxed{3x + 2 = 0}") == "wrong"
+
+
+def test_verdict_shape():
+    v = grade("18", "so \\boxed{18}")
+    assert v == {"status": "correct", "extracted": "18", "method": "string", "source": "boxed"}
+    assert grade("18", "nothing")["extracted"] is None
+
+
+def test_check_config_rejects_bad_options():
+    vm.check_config({"mode": "flexible-extract", "last_number": False})
+    for bad in ({"mode": "fuzzy"}, {"last_number": "yes"}, {"modee": "default"}, {"max_symbolic_chars": 0}):
+        with pytest.raises(ValueError):
+            vm.check_config(bad)
+
+
+# ------------------------------------------------------------------------------ lm_eval modes
+
+LM_CASES = [
+    ("Janet sells 9 eggs.\n#### 18", "18"),
+    ("#### 1,000", "1000"),
+    ("#### 18.", "18"),
+    ("#### $18", "18"),
+    ("The answer is 18.", "18"),
+    ("The answer is $18.00.", "18"),
+    ("First 12, then 1,250 and finally -7", "-7"),
+    ("#### 5\n#### 6", "6"),
+    ("no number", "3"),
+    ("####18", "18"),
+    ("x = 3.", "#### 3"),
+]
+
+
+@pytest.mark.parametrize("mode", ["strict-match", "flexible-extract"])
+def test_lm_eval_modes_match_lm_evaluation_harness(mode):
+    extraction = pytest.importorskip("lm_eval.filters.extraction")
+    metrics = pytest.importorskip("lm_eval.api.metrics")
+    pattern = {"strict-match": (r"#### (\-?[0-9\.\,]+)", 0), "flexible-extract": (r"(-?[$0-9.,]{2,})|(-?[0-9]+)", -1)}[mode]
+    filt = extraction.RegexFilter(regex_pattern=pattern[0], group_select=pattern[1])
+    for completion, gold in LM_CASES:
+        pred = list(filt.apply([[completion]], [{}]))[0][0]
+        ref = metrics.exact_match_hf_evaluate([pred], [gold], regexes_to_ignore=[",", "\\$", "(?s).*#### ", "\\.$"],
+                                              ignore_case=True)["exact_match"] == 1.0
+        v = grade(gold, completion, mode=mode)
+        assert (v["status"] == "correct") == ref, (completion, gold, pred, v)
+        assert (v["status"] == "no_answer") == (pred == "[invalid]"), (completion, v)
+
+
+def test_lm_eval_flexible_extract_is_stricter_than_default():
+    # lm_eval compares strings after dropping , $ and a final '.': 18.00 is not 18.
+    assert status("18", "The answer is $18.00.", mode="flexible-extract") == "wrong"
+    assert status("18", "The answer is $18.00.") == "correct"
+
+
+# ------------------------------------------------------------------------------ hostile input
+
+
+@pytest.mark.parametrize("completion", [
+    "\\boxed{9^{9^{9^{9}}}}",
+    "\\boxed{" + "+".join(["1"] * 2000) + "}",
+    "\\boxed{" + "+".join(["x"] * 2000) + "}",
+    "x" * 200_000 + " 5",
+    "\\boxed{" * 100_000,
+    "{" * 50_000 + "\\boxed{5",
+    "The answer is " + "(" * 5000 + "5" + ")" * 5000,
+    "1 " * 100_000,
+    "\\boxed{" + "1" * 50_000 + " x!}",          # regexes that could split a digit run many ways
+    "\\boxed{" + "1" * 50_000 + "q}",
+    "\\boxed{1." + "0" * 50_000 + "1}",
+    "\\boxed{" + "1," * 25_000 + "}",
+    "\\boxed{" + "\\text{" * 8_000 + "}",
+])
+def test_pathological_input_is_fast_in_process(completion):
+    t0 = time.perf_counter()
+    v = grade("5", completion)
+    assert v["status"] in ("correct", "wrong", "no_answer")
+    assert time.perf_counter() - t0 < 1.0, v
+
+
+def test_two_thousand_term_sum_is_computed_exactly():
+    assert grade("2000", "\\boxed{" + "+".join(["1"] * 2000) + "}")["status"] == "correct"
+
+
+# ------------------------------------------------------------------------------ conformance
+
+
+def _pairs():
+    with gzip.open(os.path.join(DATA, "math", "conformance.jsonl.gz"), "rt", encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh]
+
+
+def test_every_gold_solution_is_correct_and_every_perturbed_one_wrong():
+    rows = _pairs()
+    assert len(rows) == 1319 + 500
+    bad = []
+    for r in rows:
+        gold, perturbed = (vm.verify(r, c, {}) for c in r["completions"])
+        if gold["status"] != "correct" or perturbed["status"] != "wrong":
+            bad.append((r["id"], gold, perturbed))
+    assert not bad, bad[:5]
+
+
+def test_agreement_with_math_verify_is_exactly_the_documented_list():
+    import logging
+
+    from math_verify import parse, verify
+
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    with open(os.path.join(DATA, "math", "mv_disagreements.json")) as fh:
+        documented = {(d["id"], d["completion"]): d for d in json.load(fh)}
+    assert all(d["reason"] for d in documented.values())
+    found = set()
+    for r in _pairs():
+        g = parse("$" + str(r["answer"]) + "$", parsing_timeout=None)
+        for k, c in enumerate(r["completions"]):
+            theirs = bool(verify(g, parse(c, parsing_timeout=None), timeout_seconds=None))
+            ours = vm.verify(r, c, {})["status"] == "correct"
+            if theirs != ours:
+                found.add((r["id"], k))
+                assert documented.get((r["id"], k), {}).get("math_verify_correct") == theirs, (r["id"], k)
+    assert found == set(documented)
