@@ -1,0 +1,281 @@
+"""The code verifier (MBPP, HumanEval and alike): extract the program, run it sandboxed, grade it.
+
+    verify({"tests": ["assert add(1, 2) == 3"]}, "```python\\ndef add(a, b):\\n    return a + b\\n```", {})
+    -> {"status": "correct", "extracted": "def add(a, b):\\n    return a + b", "tests_passed": 1,
+        "tests_total": 1, "isolation": ["bwrap", "pidns", "netns", "uid", "rlimits"], ...}
+
+Extraction: the last complete markdown fence (with or without a language; among several,
+the last one that is Python or unlabelled, and the last one that defines the entry point
+when there is one), else an unterminated fence, else the text between ``[BEGIN]`` and
+``[DONE]`` (a single pair of quotes around it is dropped), else the whole completion. The
+record's ``prefix`` is prepended: HumanEval completions continue the prompt, so a plain
+continuation is appended to it as is, and extracted code on a new line.
+
+Execution and grading (rlvr.sandbox): the program runs in a forked child of a warm,
+confined server (bubblewrap namespaces, a separate uid as root, resource limits), and
+the record's test code runs in this process with every name it takes from the candidate
+turned into a handle whose calls cross into the sandbox and come back as plain values.
+A pass is the test code finishing here without a failed assert; exit codes and printed
+markers mean nothing. Records: ``tests`` (assert lines, MBPP) with optional
+``test_setup`` and ``entry_point``; or ``test`` (``def check(candidate)``, HumanEval)
+with ``entry_point``; both with optional ``prefix``.
+
+Statuses: correct (every test passed), wrong (a test failed, the program raised or
+exited, printed past the output cap, or ran out of memory), timeout (wall clock or CPU
+limit), no_answer (no code in the completion), error (the record's tests are unusable or
+the sandbox could not run; never the candidate's doing).
+
+Config keys: timeout (CPU seconds per process of the program, 5), wall_timeout (wall-clock
+seconds for the whole check, default 2 x timeout), memory_mb (1024), nproc (64), fsize_mb (16),
+nofile (64), max_output_bytes (1 MiB), tmpfs_mb (64), sandbox (auto | bwrap | process),
+network (false), site_packages (false: the sandbox sees the standard library only),
+user ("rlvr-sandbox"), numeric_cross (true: 1 == 1.0 inside asserts; false: types must
+match exactly there too).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import signal
+
+from rlvr.sandbox import grading
+from rlvr.sandbox.remote import Link
+from rlvr.sandbox.server import (Limits, SandboxConfig, SandboxError, SandboxStop, SandboxTimeout,
+                                 get_sandbox)
+
+NAME = "code"
+VERSION = "1"
+# The pool's hard limit for one verification: the program's own wall-clock limit (10 s by
+# default) plus room for the sandbox server's start and the trusted test code.
+TIMEOUT_S = 15.0
+
+_DEFAULTS = {"timeout": 5.0, "wall_timeout": None, "memory_mb": 1024, "nproc": 64, "fsize_mb": 16, "nofile": 64,
+             "max_output_bytes": 1 << 20, "tmpfs_mb": 64, "sandbox": "auto", "network": False,
+             "site_packages": False, "user": "rlvr-sandbox", "numeric_cross": True}
+_CONFIG_KEYS = set(_DEFAULTS)
+_INTS = {"memory_mb": 16, "nproc": 1, "fsize_mb": 0, "nofile": 8, "max_output_bytes": 0, "tmpfs_mb": 1}
+_BOOLS = {"network", "site_packages", "numeric_cross"}
+MAX_CODE_CHARS = 200_000
+
+
+# --------------------------------------------------------------------------- config
+
+
+def check_config(config: dict) -> None:
+    """Raise ValueError for an unknown key or a bad value (called once, before any work)."""
+    unknown = set(config) - _CONFIG_KEYS
+    if unknown:
+        raise ValueError(f"unknown code option(s): {', '.join(sorted(unknown))} (known: {', '.join(sorted(_CONFIG_KEYS))})")
+    t = config.get("timeout", 5.0)
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= 3600:
+        raise ValueError(f"code.timeout must be a number of seconds in (0, 3600], got {t!r}")
+    w = config.get("wall_timeout")
+    if w is not None and (isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 < w <= 7200):
+        raise ValueError(f"code.wall_timeout must be a number of seconds in (0, 7200], got {w!r}")
+    for k, lo in _INTS.items():
+        v = config.get(k, _DEFAULTS[k])
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise ValueError(f"code.{k} must be an integer >= {lo}, got {v!r}")
+    for k in _BOOLS:
+        if not isinstance(config.get(k, _DEFAULTS[k]), bool):
+            raise ValueError(f"code.{k} must be true or false")
+    if config.get("sandbox", "auto") not in ("auto", "bwrap", "process"):
+        raise ValueError(f"code.sandbox must be auto, bwrap or process, got {config.get('sandbox')!r}")
+    if not isinstance(config.get("user", "rlvr-sandbox"), str):
+        raise ValueError("code.user must be a user name")
+
+
+def _settings(config: dict) -> tuple[Limits, SandboxConfig, bool]:
+    c = {**_DEFAULTS, **(config or {})}
+    wall = c["wall_timeout"]
+    limits = Limits(timeout_s=float(c["timeout"]), wall_s=float(wall) if wall is not None else None,
+                    memory_mb=c["memory_mb"], nproc=c["nproc"],
+                    fsize_mb=c["fsize_mb"], nofile=c["nofile"], max_output_bytes=c["max_output_bytes"])
+    sbc = SandboxConfig(mode=c["sandbox"], user=c["user"], network=c["network"], tmpfs_mb=c["tmpfs_mb"],
+                        site_packages=c["site_packages"])
+    return limits, sbc, c["numeric_cross"]
+
+
+def warmup() -> None:
+    """Start the default sandbox server (the pool calls this once per worker)."""
+    try:
+        get_sandbox(SandboxConfig()).start()
+    except SandboxError:
+        pass  # reported by the first verdict
+
+
+# --------------------------------------------------------------------------- extraction
+
+_FENCE_OPEN = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})[ \t]*([^\s`]*)[^\n`]*$")
+_PY_LANGS = {"", "python", "py", "python3", "py3", "pycon", "ipython"}
+
+
+def _fences(text: str) -> tuple[list[tuple[str, str]], str | None]:
+    """(complete blocks as (language, body), body of an unterminated last block or None)."""
+    blocks: list[tuple[str, str]] = []
+    lines = text.split("\n")
+    i, n = 0, len(lines)
+    while i < n:
+        m = _FENCE_OPEN.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        fence, lang = m.group(1), m.group(2).lower()
+        body: list[str] = []
+        j = i + 1
+        closed = False
+        while j < n:
+            s = lines[j].strip()
+            if s and s[0] == fence[0] and set(s) == {fence[0]} and len(s) >= len(fence):
+                closed = True
+                break
+            body.append(lines[j])
+            j += 1
+        if not closed:
+            return blocks, "\n".join(body)
+        blocks.append((lang, "\n".join(body)))
+        i = j + 1
+    return blocks, None
+
+
+def _defines(code: str, name: str) -> bool:
+    return re.search(rf"^\s*(?:async\s+)?def\s+{re.escape(name)}\s*\(", code, re.M) is not None
+
+
+def _unquote(code: str) -> str:
+    s = code.strip()
+    if len(s) >= 2 and s[0] == s[-1] and s[0] in "'\"" and not s.startswith(s[0] * 3):
+        inner = s[1:-1]
+        try:
+            ast.parse(s)
+        except (SyntaxError, ValueError, MemoryError, RecursionError):
+            try:
+                ast.parse(inner)
+                return inner
+            except (SyntaxError, ValueError, MemoryError, RecursionError):
+                pass
+    return code
+
+
+def extract_code(completion: str, entry_point: str | None = None) -> tuple[str, str]:
+    """(code, how): how is fence | unterminated_fence | markers | plain."""
+    if "```" in completion or "~~~" in completion:
+        blocks, open_body = _fences(completion)
+        if blocks:
+            py = [b for lang, b in blocks if lang in _PY_LANGS] or [b for _, b in blocks]
+            if entry_point:
+                defining = [b for b in py if _defines(b, entry_point)]
+                if defining:
+                    return defining[-1].strip("\n"), "fence"
+            return py[-1].strip("\n"), "fence"
+        if open_body is not None:
+            return open_body.strip("\n"), "unterminated_fence"
+    if "[BEGIN]" in completion or "[DONE]" in completion:
+        start = completion.rfind("[BEGIN]")
+        body = completion[start + len("[BEGIN]"):] if start >= 0 else completion
+        end = body.find("[DONE]")
+        if end >= 0:
+            body = body[:end]
+        return _unquote(body).strip("\n"), "markers"
+    return completion, "plain"
+
+
+def build_program(record: dict, completion: str) -> tuple[str, str, str]:
+    """(program to run, extracted code, how it was extracted)."""
+    code, how = extract_code(completion, record.get("entry_point"))
+    prefix = record.get("prefix") or ""
+    if not prefix:
+        return code, code, how
+    if how == "plain":
+        return prefix + code, code, how
+    sep = "" if prefix.endswith("\n") else "\n"
+    return prefix + sep + code, code, how
+
+
+# --------------------------------------------------------------------------- verify
+
+
+def verify(record: dict, completion: str, config: dict) -> dict:
+    """Run the completion's code against the record's tests in the sandbox; return a verdict."""
+    config = config or {}
+    limits, sbc, numeric_cross = _settings(config)
+    program, code, how = build_program(record, completion or "")
+    verdict: dict = {"status": "error", "extracted": code if code.strip() else None}
+    if not code.strip():
+        verdict["status"] = "no_answer"
+        return verdict
+    try:
+        plan = grading.plan_for(record)
+    except grading.PlanError as e:
+        verdict["error"] = f"unusable tests: {e}"
+        return verdict
+    if len(program) > MAX_CODE_CHARS:
+        verdict.update(status="wrong", error=f"program longer than {MAX_CODE_CHARS} characters")
+        return verdict
+    sandbox = get_sandbox(sbc)
+    try:
+        with sandbox.session(limits) as session:
+            link = Link(session)
+            outcome = grading.Outcome(total=len(plan.units) if plan.kind == "asserts" else 1)
+            load_error = None
+            try:
+                names, known = link.load(program, plan.want, plan.calls)
+            except SandboxStop as e:
+                outcome.stop = e
+            except Exception as e:  # noqa: BLE001 - the candidate program raised while loading
+                load_error = f"{type(e).__name__}: {e}"
+            else:
+                outcome = grading.run_plan(plan, link, names, known, numeric_cross)
+            # Exit status and the last output matter only when the program stopped answering.
+            fin = session.finish(wait=outcome.stop is not None)
+            calls, batched = link.calls, link.batched
+    except grading.PlanError as e:
+        verdict["error"] = f"unusable tests: {e}"
+        return verdict
+    except SandboxError as e:
+        verdict["error"] = f"sandbox: {e}"
+        verdict["isolation"] = list(sandbox.isolation)
+        return verdict
+    verdict["tests_passed"] = outcome.passed
+    verdict["tests_total"] = outcome.total
+    if plan.kind == "check":
+        verdict["asserts_passed"] = outcome.asserts_passed
+    stop = outcome.stop
+    if stop is not None:
+        if isinstance(stop, SandboxTimeout) or fin.backstop:
+            verdict["status"] = "timeout"
+            verdict["error"] = f"wall-clock limit: {stop}"
+        elif fin.signal == signal.SIGXCPU:
+            verdict["status"] = "timeout"
+            verdict["error"] = f"CPU time limit: over {limits.timeout_s:g} s of CPU"
+        else:
+            verdict["status"] = "wrong"
+            verdict["error"] = f"{stop.reason}: {stop}"
+        verdict["tests_passed"] = 0 if plan.kind == "check" else outcome.passed
+    elif load_error is not None:
+        verdict["status"] = "wrong"
+        verdict["error"] = f"the program raised {load_error}"
+    elif outcome.passed == outcome.total and outcome.failure is None:
+        verdict["status"] = "correct"
+    else:
+        verdict["status"] = "wrong"
+        verdict["error"] = outcome.failure
+    if verdict.get("error"):
+        verdict["error"] = verdict["error"][:1000]
+    if fin.exit is not None and (stop is not None or load_error is not None):
+        verdict["exit_code"] = fin.exit
+    if fin.signal is not None and fin.signal != signal.SIGKILL:
+        verdict["signal"] = signal.Signals(fin.signal).name if fin.signal in signal.Signals._value2member_map_ else fin.signal
+    if fin.output_tail and verdict["status"] != "correct":
+        verdict["output_tail"] = fin.output_tail[-500:]
+    if fin.output_bytes:
+        verdict["output_bytes"] = fin.output_bytes
+    verdict["calls"] = calls
+    if batched:
+        verdict["batched"] = batched
+    verdict["sandbox"] = sandbox.mode
+    verdict["isolation"] = list(sandbox.isolation)
+    if how != "plain":
+        verdict["extraction"] = how
+    return verdict
