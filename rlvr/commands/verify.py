@@ -30,7 +30,7 @@ HELP = with_examples(
     lm-evaluation-harness's GSM8K filters and scoring), math.last_number (fall back to the
     last number in the text; default true), code.timeout (CPU seconds per program,
     default 5), code.wall_timeout, code.memory_mb (default 1024), code.sandbox (auto,
-    bwrap, plain), ifeval.loose, ifeval.strip_think (docs/verify.md lists them all). A
+    bwrap, process), ifeval.loose, ifeval.strip_think (docs/verify.md lists them all). A
     wrong answer is data: the exit status
     stays 0; so is a record that names no verifier (its verdicts are errors, with a
     warning). Records read before a malformed line are written before exiting with 3.
