@@ -13,6 +13,7 @@ help:
 	@echo "make bench     run the benchmarks and write docs/BENCHMARKS.md"
 	@echo "make man       regenerate man/*.1 from the commands' --help"
 	@echo "make demo      train a tiny model on CPU and watch the reward rise"
+	@echo "make sweep     evaluate checkpoints x benchmarks over the free GPUs (CKPTS=, BENCHMARKS=, EVALS=)"
 
 install:
 	bash scripts/install.sh
@@ -27,5 +28,28 @@ bench:
 man:
 	$(PY) -m rlvr.manpages man
 
+demo:
+	$(PY) -m rlvr.commands.train configs/tiny-cpu.yaml
+
 clean:
 	rm -rf build dist *.egg-info .pytest_cache
+
+# --- evaluation sweeps ---------------------------------------------------------------------
+# make sweep CKPTS='results/run_*/checkpoints/step_*' BENCHMARKS='gsm8k math500 ifeval'
+# evaluates every checkpoint x benchmark once (rlvr-eval's canonical settings), one job per
+# free GPU of this node, skips what is already done, and leaves $(EVALS)/results.md and
+# results.csv. To share the sweep with a second node (same filesystem, same paths), give each
+# node one shard of the checkpoints, e.g. here and over ssh at the same time:
+#   make sweep SHARD=0/2 &  ssh node2 'cd $(CURDIR) && make sweep SHARD=1/2'
+# (quote CKPTS and BENCHMARKS in the ssh line when you change them; see docs/rollout.md).
+CKPTS      ?= results/*/checkpoints/step_*
+BENCHMARKS ?= gsm8k math500 ifeval
+EVALS      ?= evals
+SHARD      ?= 0/1
+SWEEP_GPUS ?= auto
+.PHONY: sweep
+
+sweep:
+	$(PY) -m rlvr.commands.eval --watch '$(CKPTS)' $(EVALS) $(addprefix -b ,$(BENCHMARKS)) \
+	  --gpus $(SWEEP_GPUS) --once --shard $(SHARD)
+	@cat $(EVALS)/results.md

@@ -87,7 +87,11 @@ def run(cmd: click.Command, prog: str) -> Callable[..., None]:
         signal.signal(signal.SIGTERM, _sigterm)
         code = EXIT_OK
         try:
-            cmd.main(args=argv, prog_name=prog, standalone_mode=False)
+            # make_context + invoke rather than cmd.main: click's main turns a broken pipe
+            # into exit 1, where `| head` must end quietly with 0.
+            args = list(sys.argv[1:] if argv is None else argv)
+            with cmd.make_context(prog, args) as ctx:
+                cmd.invoke(ctx)
         except click.exceptions.Exit as e:
             code = e.exit_code
         except click.Abort:

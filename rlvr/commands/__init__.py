@@ -14,6 +14,10 @@ COMMANDS: dict[str, dict] = {
     "rlvr-passk": {"module": "rlvr.commands.passk", "records": True},
     "rlvr-verify": {"module": "rlvr.commands.verify", "records": True},
     "rlvr-gpu-free": {"module": "rlvr.commands.gpu_free", "records": False},
+    "rlvr-train": {"module": "rlvr.commands.train", "records": False},
+    "rlvr-plot": {"module": "rlvr.commands.plot", "records": False},
+    "rlvr-rollout": {"module": "rlvr.commands.rollout", "records": True},
+    "rlvr-eval": {"module": "rlvr.commands.eval", "records": False},
 }
 
 

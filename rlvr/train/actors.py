@@ -18,9 +18,15 @@ import numpy as np
 def _arrays_to_tensors(weights):
     import torch
 
+    import warnings
+
     out = []
     for name, arr, dtype in weights:
-        t = torch.from_numpy(np.ascontiguousarray(arr))
+        with warnings.catch_warnings():
+            # Arrays from Ray's object store are read-only views; the engine copies them into
+            # its own parameters and never writes to these tensors.
+            warnings.simplefilter("ignore", UserWarning)
+            t = torch.from_numpy(np.ascontiguousarray(arr))
         if dtype == "bfloat16":
             t = t.view(torch.bfloat16)
         out.append((name, t))
@@ -35,18 +41,26 @@ class EngineActor:
         import torch
 
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-        from rlvr.engines import create_engine
+        from rlvr.engines import create
+        from rlvr.engines.base import EngineOptions
 
-        self.engine = create_engine(engine, model_path, **options)
+        self.engine = create(engine, model_path, EngineOptions(**options))
         self.version = 0
         self.busy_s = 0.0
         self.born = time.monotonic()
 
     def generate(self, prompt_ids: list[list[int]], sampling: dict, seeds: list[int] | None) -> dict:
         """n samples for each prompt: token ids, log-probs, finish reasons, and the version used."""
+        from rlvr.engines.base import Sampling
+
         t0 = time.monotonic()
         v0 = self.version
-        outs = self.engine.generate_ids(prompt_ids, sampling, seeds=seeds, logprobs=True)
+        params = Sampling(n=sampling["n"], temperature=sampling["temperature"], top_p=sampling["top_p"],
+                          top_k=max(0, sampling["top_k"]), max_tokens=sampling["max_tokens"],
+                          stop=tuple(sampling.get("stop") or ()), seed=0, logprobs=True)
+        results = self.engine.generate(prompt_ids, params, seeds=seeds)
+        outs = [[{"text": x.text, "token_ids": list(x.token_ids), "finish_reason": x.finish_reason,
+                  "logprobs": list(x.logprobs or [])} for x in r.samples] for r in results]
         dt = time.monotonic() - t0
         self.busy_s += dt
         return {"samples": outs, "version_start": v0, "version_end": self.version, "seconds": dt}
@@ -66,19 +80,24 @@ class EngineActor:
     def ping(self) -> bool:
         return True
 
+    def node(self) -> dict:
+        import ray
+
+        return {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
+
 
 class TrainerActor:
     """The policy and optimizer (rlvr.train.trainer.PolicyTrainer) in a Ray worker."""
 
     def __init__(self, model_path: str, tcfg, max_tokens: int, total_steps: int, trust_remote_code: bool,
-                 ref_path: str | None, env: dict | None = None):
+                 ref_path: str | None, env: dict | None = None, temperature: float = 1.0):
         os.environ.update(env or {})
         import torch
 
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
         from rlvr.train.trainer import PolicyTrainer
 
-        self.t = PolicyTrainer(model_path, tcfg, max_tokens, total_steps, trust_remote_code, ref_path)
+        self.t = PolicyTrainer(model_path, tcfg, max_tokens, total_steps, trust_remote_code, ref_path, temperature)
 
     def step(self, batch) -> dict:
         return self.t.step(batch)
@@ -98,3 +117,8 @@ class TrainerActor:
 
     def device(self) -> str:
         return self.t.device
+
+    def node(self) -> dict:
+        import ray
+
+        return {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}

@@ -59,6 +59,8 @@ class RolloutConfig:
     engine_num_cpus: float = 1.0
     engine_num_gpus: float = 1.0
     """GPUs per engine actor when the cluster has GPUs (ignored on CPU-only clusters)."""
+    engine_resources: dict[str, float] = field(default_factory=dict)
+    """Custom Ray resources per engine actor, e.g. {inference_node: 1} to pin engines to some nodes."""
     seed: int = 0
 
 
@@ -111,6 +113,8 @@ class TrainerConfig:
     gradient_checkpointing: bool = False
     trainer_num_cpus: float = 1.0
     trainer_num_gpus: float = 1.0
+    trainer_resources: dict[str, float] = field(default_factory=dict)
+    """Custom Ray resources for the trainer actor (placement on a multi-node cluster)."""
 
 
 @dataclass

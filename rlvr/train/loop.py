@@ -44,10 +44,10 @@ class Chunk:
 
 
 def prompt_token_ids(tokenizer, prompt) -> list[int]:
-    if isinstance(prompt, list):
-        return list(tokenizer.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True,
-                                                  return_dict=False))
-    return tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    """The same tokenisation rlvr-rollout uses (chat messages through the chat template)."""
+    from rlvr.engines.base import encode_prompt
+
+    return encode_prompt(tokenizer, prompt, chat_template=False)
 
 
 def sample_seed(base: int, rid: str, epoch: int) -> int:
@@ -91,7 +91,10 @@ class Run:
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         if ray.is_initialized():
             return
-        kw: dict = {"include_dashboard": False, "log_to_driver": True, "logging_level": "ERROR"}
+        # Actor logs (vLLM's start-up chatter) reach stderr only with RLVR_DEBUG=1; errors
+        # raised in actors always surface through ray.get.
+        kw: dict = {"include_dashboard": False, "log_to_driver": bool(os.environ.get("RLVR_DEBUG")),
+                    "logging_level": "ERROR"}
         if self.cfg.ray.address:
             ray.init(address=self.cfg.ray.address, **kw)
         else:
@@ -116,10 +119,14 @@ class Run:
         from rlvr.train.actors import EngineActor
 
         r = self.cfg.rollout
-        res = {"num_cpus": r.engine_num_cpus}
+        res: dict = {"num_cpus": r.engine_num_cpus}
         if self._has_gpus():
             res["num_gpus"] = r.engine_num_gpus * r.tensor_parallel_size
-        return ray.remote(max_restarts=0, max_concurrency=1, **res)(EngineActor).remote(
+        if r.engine_resources:
+            res["resources"] = dict(r.engine_resources)
+        self._engine_count = getattr(self, "_engine_count", 0) + 1
+        name = f"rlvr-engine-{self._engine_count}-{os.getpid()}-{id(self):x}"
+        return ray.remote(max_restarts=0, max_concurrency=1, **res)(EngineActor).options(name=name).remote(
             model_path, r.engine, self._engine_options(), self._env())
 
     def _new_trainer(self, model_path: str, ref_path: str):
@@ -128,11 +135,14 @@ class Run:
         from rlvr.train.actors import TrainerActor
 
         t = self.cfg.train
-        res = {"num_cpus": t.trainer_num_cpus}
+        res: dict = {"num_cpus": t.trainer_num_cpus}
         if self._has_gpus():
             res["num_gpus"] = t.trainer_num_gpus
+        if t.trainer_resources:
+            res["resources"] = dict(t.trainer_resources)
         return ray.remote(**res)(TrainerActor).remote(model_path, t, self.cfg.rollout.max_tokens, t.steps,
-                                                      self.cfg.model.trust_remote_code, ref_path, self._env())
+                                                      self.cfg.model.trust_remote_code, ref_path, self._env(),
+                                                      self.cfg.rollout.temperature)
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -166,7 +176,8 @@ class Run:
             ray.get(self.trainer.load_state.remote(model_path))
         self.model_path = model_path
         self.engines = [self._new_engine(model_path) for _ in range(cfg.rollout.num_engines)]
-        ray.get([e.ping.remote() for e in self.engines] + [self.trainer.version.remote()])
+        nodes = ray.get([e.node.remote() for e in self.engines] + [self.trainer.node.remote()])
+        update_manifest(self.run_dir, placement={"engines": nodes[:-1], "trainer": nodes[-1]})
         log(f"{len(self.engines)} engine(s) and the trainer ready in {time.monotonic() - t0:.1f}s")
         self.synced_version = start_step
         # Engines loaded the same weights the trainer holds: tag them with its version.
@@ -271,6 +282,7 @@ class Run:
                         self.faults["requeued_prompts"] += len(c.items)
                         nxt.append(self._submit(c.engine, c.items))
                         continue
+                    self._engine_busy += res["seconds"]
                     for j, ((rec, ep), group) in enumerate(zip(c.items, res["samples"])):
                         out[j * ne + c.engine] = (rec, ep, group, res["version_start"], res["version_end"])
                 elif now - c.submitted > limit:
@@ -318,6 +330,7 @@ class Run:
         self._pending_syncs = []
         for step in range(start_step, total):
             t_step = time.monotonic()
+            self._engine_busy = 0.0
             while next_launch < total and next_launch <= self.synced_version + S:
                 if not self._launch(next_launch, stream, launched):
                     break
@@ -398,6 +411,9 @@ class Run:
                 **{f"staleness/count_{k}": float(v) for k, v in sorted(hist.items())},
                 "queue/batches_in_flight": float(queue_depth),
                 "idle/trainer_s": max(0.0, wall - t_train),
+                # engine time not spent generating, summed over engines (approximate in async
+                # mode, where a step collects work that started during the previous one)
+                "idle/engines_s": max(0.0, len(self.engines) * wall - self._engine_busy),
                 "faults/engine_restarts": float(self.faults["engine_restarts"]),
                 "faults/requeued_prompts": float(self.faults["requeued_prompts"]),
                 "faults/dropped_prompts": 0.0,

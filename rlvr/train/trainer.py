@@ -54,10 +54,12 @@ def lr_lambda(schedule: str, warmup: int, total: int):
 
 class PolicyTrainer:
     def __init__(self, model_path: str, tcfg, max_tokens: int, total_steps: int, trust_remote_code: bool = False,
-                 ref_path: str | None = None):
+                 ref_path: str | None = None, temperature: float = 1.0):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.cfg = tcfg
+        # Log-probs are taken under the sampling temperature, as the engine reports them.
+        self.temperature = temperature if temperature > 0 else 1.0
         torch.manual_seed(tcfg.seed)
         random.seed(tcfg.seed)
         np.random.seed(tcfg.seed)
@@ -113,7 +115,7 @@ class PolicyTrainer:
         dev = self.device
         out = model(input_ids=ids.to(dev), attention_mask=attn.to(dev), position_ids=pos.to(dev),
                     logits_to_keep=L + 1, use_cache=False)
-        logits = out.logits[:, :L, :]                                        # [N, L, V] predicts completion
+        logits = out.logits[:, :L, :] / self.temperature                     # [N, L, V] predicts completion
         logp, ent = token_logprobs(logits, targets.to(dev), with_entropy)   # [N, L]
         return logp, ent, cmask.to(dev)
 

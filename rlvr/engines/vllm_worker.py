@@ -1,0 +1,69 @@
+"""vLLM worker extension: in-place weight loading with a policy version, run inside each
+vLLM worker process (one per tensor-parallel rank).
+
+The vLLM engine passes ``worker_extension_cls="rlvr.engines.vllm_worker.WeightSync"`` to
+``vllm.LLM`` and calls these methods with ``LLM.collective_rpc``. Loading goes through
+vLLM's own ``model_runner.reload_weights`` (checkpoint-format names, layer-wise
+processing, so repacked CPU kernels are rebuilt). One gap in it is closed here: with tied
+input/output embeddings the output layer is skipped by the reload, and on CPU it keeps a
+packed copy of the old embedding; it is re-processed after every load.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from typing import Any
+
+
+def _iter_safetensors(path: str) -> Iterator[tuple[str, Any]]:
+    from safetensors import safe_open
+
+    files = [path] if os.path.isfile(path) else sorted(
+        os.path.join(path, f) for f in os.listdir(path) if f.endswith(".safetensors"))
+    for f in files:
+        with safe_open(f, framework="pt") as fh:
+            for name in fh.keys():
+                yield name, fh.get_tensor(name)
+
+
+class WeightSync:
+    """Mixed into vLLM's worker class; `self` is the worker."""
+
+    def rlvr_load_weights(self, blob: bytes | None, path: str | None, version: Any) -> Any:
+        """Load all weights from a safetensors blob or a folder/file path; return version."""
+        if blob is not None:
+            from safetensors.torch import load
+
+            weights: Any = iter(load(bytes(blob)).items())
+        elif path is not None:
+            weights = _iter_safetensors(path)
+        else:
+            raise ValueError("rlvr_load_weights needs a blob or a path")
+        reload = getattr(self, "reload_weights", None) or self.model_runner.reload_weights
+        # vLLM warns "Failed to load weights" for layers that have none to load (rotary
+        # embeddings, the tied output layer, handled below): not worth a line per update.
+        log = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
+        level = log.level
+        log.setLevel(logging.ERROR)
+        try:
+            reload(weights_iterator=weights, is_checkpoint_format=True)
+        finally:
+            log.setLevel(level)
+        self._rlvr_refresh_tied_head()
+        self._rlvr_version = version
+        return version
+
+    def _rlvr_refresh_tied_head(self) -> None:
+        model = self.model_runner.get_model()
+        text_cfg = getattr(self.model_runner.model_config, "hf_text_config", None)
+        if not getattr(text_cfg, "tie_word_embeddings", False):
+            return
+        head = getattr(model, "lm_head", None)
+        method = getattr(head, "quant_method", None)
+        if head is not None and hasattr(method, "process_weights_after_loading"):
+            method.process_weights_after_loading(head)
+
+    def rlvr_version(self) -> Any:
+        return getattr(self, "_rlvr_version", None)

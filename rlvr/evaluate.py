@@ -1,0 +1,393 @@
+"""rlvr-eval's library: canonical checkpoint evaluation, the watch loop, results tables.
+
+    summaries = evaluate_checkpoint("results/run1/checkpoints/step_000100", "evals/step100",
+                                    ["gsm8k", "ifeval"], EvalOptions(source={"gsm8k": "gsm8k/test.jsonl"}))
+    watch("results/run_*/checkpoints/step_*", "evals", ["gsm8k"], EvalOptions(), once=True)
+    print(results_table("evals", "markdown"))
+
+One evaluation composes the same three homes the commands use: rlvr.data.load_records
+(prompts), rlvr.engines.rollout (generation, resumable completions.jsonl) and
+rlvr.verifiers.pool.VerifierPool (results.jsonl), then rlvr.verifiers.summary and
+rlvr.passk for summary.json and pass_at_k.json. Canonical settings (BENCHMARKS, CANONICAL)
+are fixed so numbers from different runs compare; docs/rollout.md lists them.
+
+Layout: evaluate_checkpoint writes OUT/ for one benchmark, OUT/<benchmark>/ for several
+(OUT/<benchmark>-pass@N/ in pass@k mode). watch writes OUT/<checkpoint>/<benchmark>/, where
+<checkpoint> is the checkpoint's path below the pattern's fixed prefix, and refreshes
+OUT/results.md and OUT/results.csv. A benchmark whose summary.json exists is done and
+skipped; an interrupted one resumes from its completions.jsonl.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import io
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+
+import orjson
+
+from rlvr.records import atomic_write
+
+IF_METRICS = ("prompt_level_strict_acc", "inst_level_strict_acc", "prompt_level_loose_acc", "inst_level_loose_acc")
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """A benchmark's canonical prompt and generation settings."""
+
+    dataset: str
+    split: str
+    template: str | None        # rlvr.data template (None: the dataset's default)
+    max_tokens: int
+    stop: tuple[str, ...] = ()
+    metrics: tuple[str, ...] = ("accuracy",)
+
+
+BENCHMARKS: dict[str, Benchmark] = {
+    "gsm8k": Benchmark("gsm8k", "test", "qa", 1024, ("Question:",)),
+    "math": Benchmark("math", "test", "boxed", 2048),
+    "math500": Benchmark("math500", "test", "boxed", 2048),
+    "mbpp": Benchmark("mbpp", "test", "mbpp", 512, ("[DONE]",)),
+    "humaneval": Benchmark("humaneval", "test", "humaneval", 512, ("\nclass", "\ndef", "\n#", "\nif", "\nprint")),
+    "ifeval": Benchmark("ifeval", "train", "plain", 2048, (), IF_METRICS),
+    "ifbench": Benchmark("ifbench", "train", "plain", 2048, (), IF_METRICS),
+    "toy": Benchmark("toy", "test", "plain", 32),   # the CPU demo task (answer always 7)
+}
+
+# Greedy, one GPU, bf16, 90% of GPU memory, seed 42. pass@k samples at temperature 1.0.
+CANONICAL = {"temperature": 0.0, "tensor_parallel_size": 1, "dtype": "bfloat16", "gpu_memory_utilization": 0.9,
+             "seed": 42}
+PASSK_TEMPERATURE = 1.0
+
+
+@dataclass
+class EvalOptions:
+    """What may differ from the canonical settings (recorded in every summary.json)."""
+
+    engine: str = "vllm"
+    dtype: str = CANONICAL["dtype"]
+    max_model_len: int | None = None
+    kv_cache_gib: float | None = None
+    gpus: list[str] | None = None          # one engine per entry; None: the visible device(s)
+    source: dict[str, str] = field(default_factory=dict)   # benchmark -> local file/folder of its rows
+    limit: int | None = None               # first N prompts (a smoke test, not a canonical number)
+    max_tokens: int | None = None          # instead of the benchmark's (small-context models, smoke tests)
+    chat: bool = False                     # prompts as chat messages (chat models)
+    pass_at_k: int | None = None           # N samples at temperature 1.0, and pass@k
+    verify_jobs: int | None = None
+    progress: bool | None = None
+
+
+def pick_devices(gpu: str | None, gpus: str | None, warn: Callable[[str], None]) -> list[str] | None:
+    """--gpu N / --gpus 0,1,... / --gpus auto (the free GPUs, rlvr.gpu) -> GPU ids; None: no choice."""
+    if gpu is not None:
+        return [gpu]
+    if gpus is None:
+        return None
+    if gpus != "auto":
+        return [g.strip() for g in gpus.split(",") if g.strip()] or None
+    from rlvr import gpu as gpu_state
+
+    try:
+        return [str(i) for i in gpu_state.free_gpus()] or None
+    except gpu_state.GpuError as e:
+        warn(f"--gpus auto: {e}; running on this machine as it is")
+        return None
+
+
+def leaf(bench: str, opts: EvalOptions) -> str:
+    return f"{bench}-pass@{opts.pass_at_k}" if opts.pass_at_k else bench
+
+
+def is_done(out_dir: str) -> bool:
+    return os.path.isfile(os.path.join(out_dir, "summary.json"))
+
+
+def _settings(ckpt: str, bench: str, opts: EvalOptions):
+    from rlvr.engines import EngineOptions, Sampling
+    from rlvr.engines.rollout import RolloutSettings
+
+    b = BENCHMARKS[bench]
+    n = opts.pass_at_k or 1
+    sampling = Sampling(n=n, temperature=PASSK_TEMPERATURE if opts.pass_at_k else CANONICAL["temperature"],
+                        max_tokens=opts.max_tokens or b.max_tokens, stop=b.stop, seed=CANONICAL["seed"])
+    options = EngineOptions(dtype=opts.dtype, tensor_parallel_size=CANONICAL["tensor_parallel_size"],
+                            gpu_memory_utilization=CANONICAL["gpu_memory_utilization"], seed=CANONICAL["seed"],
+                            max_model_len=opts.max_model_len, kv_cache_gib=opts.kv_cache_gib)
+    return RolloutSettings(model=ckpt, sampling=sampling, engine=opts.engine, options=options,
+                           chat_template="auto", gpus=opts.gpus)
+
+
+def prompts(bench: str, opts: EvalOptions) -> list[dict]:
+    from rlvr.data import load_records
+
+    b = BENCHMARKS[bench]
+    recs = load_records(b.dataset, split=b.split, source=opts.source.get(bench), template=b.template, chat=opts.chat)
+    return recs[: opts.limit] if opts.limit is not None else recs
+
+
+def evaluate_checkpoint(ckpt: str, out: str, benchmarks: Sequence[str], opts: EvalOptions,
+                        warn: Callable[[str], None] | None = None, subdirs: bool | None = None) -> dict[str, dict]:
+    """Evaluate one checkpoint on each benchmark with one engine; returns {benchmark: summary}.
+    Benchmarks already done (summary.json present) are skipped and their summary returned.
+    subdirs (default: with several benchmarks) puts each in OUT/<benchmark>/."""
+    from rlvr.engines.rollout import build_engine
+
+    if subdirs is None:
+        subdirs = len(benchmarks) > 1
+    dirs = {b: os.path.join(out, leaf(b, opts)) if subdirs else out for b in benchmarks}
+    results = {b: orjson.loads(open(os.path.join(d, "summary.json"), "rb").read())
+               for b, d in dirs.items() if is_done(d)}
+    todo = [b for b in benchmarks if b not in results]
+    if not todo:
+        return results
+    data = {b: prompts(b, opts) for b in todo}   # fail on data before paying for an engine
+    engine = build_engine(_settings(ckpt, todo[0], opts), warn)
+    try:
+        for b in todo:
+            results[b] = evaluate_one(ckpt, dirs[b], b, opts, data[b], engine, warn)
+    finally:
+        engine.close()
+    return results
+
+
+def evaluate_one(ckpt: str, out: str, bench: str, opts: EvalOptions, records: list[dict], engine,
+                 warn: Callable[[str], None] | None = None) -> dict:
+    """Rollout (resumable) -> verify -> summary.json [+ pass_at_k.json] in `out`."""
+    from rlvr.engines.rollout import run_to_file
+    from rlvr.records import read_records
+    from rlvr.verifiers.pool import VerifierPool
+    from rlvr.verifiers.summary import summarize
+
+    os.makedirs(out, exist_ok=True)
+    settings = _settings(ckpt, bench, opts)
+    t0 = time.monotonic()
+    comp = os.path.join(out, "completions.jsonl")
+    run_to_file(records, settings, comp, engine=engine, progress=opts.progress, warn=warn)
+    t1 = time.monotonic()
+    done = list(read_records([comp]))
+    with VerifierPool(jobs=opts.verify_jobs) as pool:
+        verified = list(pool.verify_records(done))
+    atomic_write(os.path.join(out, "results.jsonl"), b"".join(orjson.dumps(r) + b"\n" for r in verified))
+    t2 = time.monotonic()
+    verify = summarize(verified)["all"]
+    b = BENCHMARKS[bench]
+    metrics = {m: verify.get(m) for m in b.metrics}
+    summary = {
+        "checkpoint": ckpt, "benchmark": bench, "mode": f"pass@{opts.pass_at_k}" if opts.pass_at_k else "greedy",
+        "metrics": metrics, "records": len(verified),
+        "prompt_too_long": sum(1 for r in verified if (r.get("generation") or {}).get("status") == "prompt_too_long"),
+        "finish_reasons": _count(f for r in verified for f in r.get("finish_reasons") or []),
+        "settings": {"dataset": b.dataset, "split": b.split, "template": b.template, "chat": opts.chat,
+                     "source": opts.source.get(bench), "limit": opts.limit, "engine": opts.engine,
+                     "sampling": settings.sampling.to_dict(), "engine_options": _engine_opts(settings.options),
+                     "gpus": opts.gpus},
+        "verify": verify, "seconds": {"rollout": round(t1 - t0, 3), "verify": round(t2 - t1, 3)},
+    }
+    if opts.pass_at_k:
+        from rlvr.passk import PassAtK
+
+        acc = PassAtK()
+        for r in verified:
+            if r.get("rewards"):
+                acc.add(r.get("dataset") or bench, len(r["rewards"]), sum(1 for x in r["rewards"] if x >= 1.0))
+        table = acc.summary()
+        atomic_write(os.path.join(out, "pass_at_k.json"), orjson.dumps(table, option=orjson.OPT_INDENT_2) + b"\n")
+        summary["metrics"].update({f"pass@{k}": table[f"pass@{k}"] for k in table["k"]})
+    atomic_write(os.path.join(out, "summary.json"), orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")
+    return summary
+
+
+def _engine_opts(options) -> dict:
+    d = asdict(options)
+    d.pop("extra", None)
+    return d
+
+
+def _count(items) -> dict:
+    out: dict[str, int] = {}
+    for x in items:
+        out[x] = out.get(x, 0) + 1
+    return dict(sorted(out.items()))
+
+
+# --- the watch loop -------------------------------------------------------------------------
+
+def fixed_prefix(pattern: str) -> str:
+    """The leading path components of a glob pattern that hold no wildcard."""
+    parts = []
+    for p in pattern.split(os.sep):
+        if glob.has_magic(p):
+            break
+        parts.append(p)
+    return os.sep.join(parts)
+
+
+def checkpoint_id(ckpt: str, pattern: str) -> str:
+    rel = os.path.relpath(ckpt, fixed_prefix(pattern) or ".")
+    return rel if not rel.startswith("..") else os.path.basename(os.path.normpath(ckpt))
+
+
+def find_checkpoints(pattern: str) -> list[str]:
+    """Folders matching pattern that hold a loadable model (hidden temporary folders never match)."""
+    from rlvr.engines import checkpoint
+
+    out = []
+    for p in sorted(glob.glob(pattern)):
+        if not os.path.isdir(p):
+            continue
+        try:
+            checkpoint.resolve(p)
+        except checkpoint.CheckpointError:
+            continue
+        out.append(p)
+    return out
+
+
+def pending(pattern: str, out_root: str, benchmarks: Sequence[str], opts: EvalOptions,
+            shard: tuple[int, int] | None = None) -> list[tuple[str, list[str]]]:
+    """(checkpoint, benchmarks not yet done) for every checkpoint; shard I/N splits the
+    checkpoint list (same order on every node) so several nodes share a sweep."""
+    ckpts = find_checkpoints(pattern)
+    if shard is not None:
+        ckpts = ckpts[shard[0]::shard[1]]
+    jobs = []
+    for c in ckpts:
+        base = os.path.join(out_root, checkpoint_id(c, pattern))
+        todo = [b for b in benchmarks if not is_done(os.path.join(base, leaf(b, opts)))]
+        if todo:
+            jobs.append((c, todo))
+    return jobs
+
+
+def job_command(ckpt: str, out: str, benchmarks: Sequence[str], opts: EvalOptions, device: str | None) -> list[str]:
+    """The rlvr-eval command line that evaluates one checkpoint in a child process."""
+    cmd = [sys.executable, "-m", "rlvr.commands.eval", ckpt, out, "--engine", opts.engine, "--dtype", opts.dtype]
+    for b in benchmarks:
+        cmd += ["--benchmark", b]
+    cmd += ["--subdirs"]
+    for b, s in opts.source.items():
+        cmd += ["--source", f"{b}={s}"]
+    for flag, v in (("--max-model-len", opts.max_model_len), ("--kv-cache-gib", opts.kv_cache_gib),
+                    ("--limit", opts.limit), ("--max-tokens", opts.max_tokens), ("--pass-at-k", opts.pass_at_k),
+                    ("--verify-jobs", opts.verify_jobs)):
+        if v is not None:
+            cmd += [flag, str(v)]
+    if opts.chat:
+        cmd += ["--chat"]
+    if device is not None:
+        cmd += ["--gpu", device]
+    return cmd
+
+
+def watch(pattern: str, out_root: str, benchmarks: Sequence[str], opts: EvalOptions, *, devices: list[str | None],
+          interval: float = 60.0, once: bool = False, idle_exit: float | None = None,
+          shard: tuple[int, int] | None = None, log: Callable[[str], None] = print) -> int:
+    """Evaluate every checkpoint matching pattern once per benchmark: one child process per
+    device at a time (devices: GPU ids, or [None] for the machine as it is). The pattern is
+    scanned every `interval` s and whenever a device frees up. once: stop when nothing is
+    left; idle_exit: stop after that many seconds without new work. Returns failed jobs."""
+    failed: set[str] = set()
+    running: dict[str | None, tuple[subprocess.Popen, str]] = {}
+    jobs: list[tuple[str, list[str]]] = []
+    next_scan = 0.0
+    last_work = time.monotonic()
+    n_failed = 0
+    try:
+        while True:
+            freed = False
+            for dev, (proc, ckpt) in list(running.items()):
+                if proc.poll() is None:
+                    continue
+                del running[dev]
+                freed = True
+                if proc.returncode != 0:
+                    failed.add(ckpt)
+                    n_failed += 1
+                    log(f"{ckpt}: evaluation failed (exit {proc.returncode}); skipped until the next start")
+                write_tables(out_root)
+            now = time.monotonic()
+            if freed or now >= next_scan:
+                busy = {c for _, c in running.values()}
+                jobs = [j for j in pending(pattern, out_root, benchmarks, opts, shard)
+                        if j[0] not in failed and j[0] not in busy]
+                next_scan = now + interval
+            if jobs or running:
+                last_work = now
+            for dev in devices:
+                if dev in running or not jobs:
+                    continue
+                ckpt, todo = jobs.pop(0)
+                out = os.path.join(out_root, checkpoint_id(ckpt, pattern))
+                log(f"evaluating {ckpt} on {', '.join(todo)}" + (f" (GPU {dev})" if dev is not None else ""))
+                running[dev] = (subprocess.Popen(job_command(ckpt, out, todo, opts, dev)), ckpt)
+            if not running and not jobs:
+                if once or (idle_exit is not None and now - last_work >= idle_exit):
+                    write_tables(out_root)
+                    return n_failed
+                time.sleep(max(0.0, min(next_scan - time.monotonic(), 5.0)))
+            else:
+                time.sleep(0.5)
+    finally:
+        for proc, _ in running.values():  # interrupted: stop the children (they resume next time)
+            proc.terminate()
+            proc.wait()
+
+
+# --- results tables -------------------------------------------------------------------------
+
+def collect(out_root: str) -> list[dict]:
+    """Every summary.json below out_root."""
+    rows = []
+    for p in sorted(glob.glob(os.path.join(out_root, "**", "summary.json"), recursive=True)):
+        try:
+            rows.append(orjson.loads(open(p, "rb").read()))
+        except (OSError, orjson.JSONDecodeError):
+            continue
+    return rows
+
+
+def results_table(out_root: str, fmt: str = "markdown") -> str:
+    """One row per checkpoint, one column per benchmark metric (fractions), from the summaries.
+    A greedy accuracy column is named after the benchmark; other metrics add their name."""
+    table: dict[str, dict[str, float | None]] = {}
+    cols: list[str] = []
+    for s in collect(out_root):
+        greedy = s.get("mode") == "greedy"
+        for m, v in (s.get("metrics") or {}).items():
+            if not greedy and not m.startswith("pass@"):
+                continue
+            col = s["benchmark"] if greedy and m == "accuracy" else f"{s['benchmark']} {m}"
+            if col not in cols:
+                cols.append(col)
+            table.setdefault(s["checkpoint"], {})[col] = v
+    header = ["checkpoint"] + cols
+    body = [[ck] + [_cell(table[ck].get(c)) for c in cols] for ck in sorted(table)]
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(header)
+        w.writerows(body)
+        return buf.getvalue()
+    if fmt != "markdown":
+        raise ValueError(f"unknown table format {fmt!r}")
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * len(cols)) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in body]
+    return "\n".join(lines) + "\n"
+
+
+def _cell(v) -> str:
+    return "" if v is None else f"{v:.4f}" if isinstance(v, float) else str(v)
+
+
+def write_tables(out_root: str) -> None:
+    if not os.path.isdir(out_root):
+        return
+    atomic_write(os.path.join(out_root, "results.md"), results_table(out_root, "markdown").encode())
+    atomic_write(os.path.join(out_root, "results.csv"), results_table(out_root, "csv").encode())

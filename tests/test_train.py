@@ -1,0 +1,174 @@
+"""rlvr-train end to end on the tiny model: the real path (Ray actors, engines, verifier pool,
+weight sync), learning on the toy task, run folder, resume, staleness bound, engine faults."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import orjson
+import pytest
+
+from helpers import REPO, invoke
+from rlvr.config import load_config, to_yaml
+from rlvr.runs import latest_checkpoint
+from rlvr.train.config import TrainConfig
+from rlvr.train.loop import train
+
+TINY = os.path.join(REPO, "configs", "tiny-cpu.yaml")
+
+PINNED = ["step", "policy_version", "reward/mean", "reward/std", "reward/toy/mean", "reward/frac_zero_std",
+          "loss/policy", "loss/kl", "clip/frac", "entropy", "completions/mean_length", "completions/clipped_ratio",
+          "logprob/engine_vs_trainer_abs_diff", "time/rollout_s", "time/train_s", "time/sync_s",
+          "throughput/tokens_per_s", "staleness/mean", "staleness/max"]
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    import ray
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def base_model(tmp_path_factory):
+    from rlvr.tiny import build
+
+    return build(str(tmp_path_factory.mktemp("base") / "tiny"))
+
+
+SMALL = ("rollout.engine=hf", "rollout.prompts_per_step=8", "rollout.n=4", "rollout.max_tokens=12")
+
+
+def cfg_for(base_model, *sets):
+    cfg = load_config(TrainConfig, TINY, ["checkpoint.every=2", *sets])
+    cfg.model.path = base_model
+    return cfg
+
+
+def run(cfg, run_dir, resume=False):
+    return train(cfg, str(run_dir), ["rlvr-train", "test"], to_yaml(cfg), resume=resume)
+
+
+def trace(run_dir, name="trace.jsonl"):
+    return [orjson.loads(ln) for ln in open(os.path.join(run_dir, "traces", name), "rb")]
+
+
+def test_tiny_run_learns_through_vllm(ray_session, base_model, tmp_path):
+    cfg = cfg_for(base_model, "train.steps=12", "checkpoint.every=6")
+    run(cfg, tmp_path)
+    rows = trace(tmp_path)
+    assert [r["step"] for r in rows] == list(range(1, 13))
+    for k in PINNED:
+        assert k in rows[0], k
+    assert all(r["staleness/max"] == 0 for r in rows)
+    first = sum(r["reward/mean"] for r in rows[:3]) / 3
+    last = sum(r["reward/mean"] for r in rows[-3:]) / 3
+    assert last > first + 0.1, (first, last)
+    # engine and trainer agree on the sampled tokens' log-probs (same weights, fp32)
+    assert rows[0]["logprob/engine_vs_trainer_abs_diff"] < 1e-2
+    # run folder
+    for f in ("config.yaml", "RESULTS.md", "run.json", "patches/git_status.txt", "patches/git_diff.patch",
+              "traces/samples.jsonl", "traces/rollouts.jsonl"):
+        assert os.path.exists(tmp_path / f), f
+    man = orjson.loads((tmp_path / "run.json").read_bytes())
+    assert man["status"] == "completed" and man["versions"]["torch"] and man["end_time"]
+    step, ck = latest_checkpoint(str(tmp_path))
+    assert step == 12 and os.path.exists(os.path.join(ck, "model.safetensors"))
+    # rollouts are records the other commands read
+    r = invoke("rlvr-passk", [str(tmp_path / "traces" / "rollouts.jsonl")])
+    assert r.code == 0, r.stderr
+    assert orjson.loads(r.stdout)["n_prompts"] == 12 * 16
+
+
+def test_resume_continues_same_data_order(ray_session, base_model, tmp_path):
+    full = tmp_path / "full"
+    run(cfg_for(base_model, "train.steps=4", *SMALL), full)
+    part = tmp_path / "part"
+    run(cfg_for(base_model, "train.steps=2", *SMALL), part)
+    run(cfg_for(base_model, "train.steps=4", *SMALL), part, resume=True)
+    a, b = trace(full, "rollouts.jsonl"), trace(part, "rollouts.jsonl")
+    assert [(x["step"], x["id"]) for x in a] == [(x["step"], x["id"]) for x in b]
+    assert [x["step"] for x in trace(part)] == [1, 2, 3, 4]
+    assert orjson.loads((part / "run.json").read_bytes())["resumed_from_step"] == 2
+
+
+def test_async_staleness_bound(ray_session, base_model, tmp_path):
+    cfg = cfg_for(base_model, "train.steps=5", "train.max_staleness=1", "checkpoint.every=0", *SMALL)
+    run(cfg, tmp_path)
+    rows = trace(tmp_path)
+    assert max(r["staleness/max"] for r in rows) == 1          # the bound is used...
+    assert all(r["staleness/max"] <= 1 for r in rows)          # ...and never exceeded
+    for x in trace(tmp_path, "rollouts.jsonl"):
+        assert x["step"] - 1 - x["policy_version"] <= 1
+
+
+def test_engine_killed_mid_run_is_restarted(ray_session, base_model, tmp_path):
+    import ray
+
+    cfg = cfg_for(base_model, "train.steps=4", "checkpoint.every=0", *SMALL)
+    killed = []
+
+    def killer():
+        path = tmp_path / "traces" / "trace.jsonl"
+        while not (path.exists() and path.read_bytes().count(b"\n") >= 1):
+            time.sleep(0.05)
+        for name in ray.util.list_named_actors():
+            if name.startswith("rlvr-engine-"):
+                ray.kill(ray.get_actor(name))
+                killed.append(name)
+
+    th = threading.Thread(target=killer, daemon=True)
+    th.start()
+    run(cfg, tmp_path)
+    th.join(timeout=5)
+    rows = trace(tmp_path)
+    assert killed and [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert rows[-1]["faults/engine_restarts"] >= 1
+    ids = [x["id"] for x in trace(tmp_path, "rollouts.jsonl")]
+    assert len(ids) == 4 * 8  # every prompt accounted for
+
+
+def test_hung_engine_is_detected_and_replaced(ray_session, base_model, tmp_path):
+    import signal
+
+    cfg = cfg_for(base_model, "train.steps=3", "checkpoint.every=0", "sync.generate_timeout_s=4", *SMALL)
+    stopped = []
+
+    def freezer():
+        path = tmp_path / "traces" / "trace.jsonl"
+        while not (path.exists() and path.read_bytes().count(b"\n") >= 1):
+            time.sleep(0.05)
+        pid = orjson.loads((tmp_path / "run.json").read_bytes())["placement"]["engines"][0]["pid"]
+        os.kill(pid, signal.SIGSTOP)  # the engine stops answering, as a hung process does
+        stopped.append(pid)
+
+    th = threading.Thread(target=freezer, daemon=True)
+    th.start()
+    t0 = time.monotonic()
+    run(cfg, tmp_path)
+    th.join(timeout=5)
+    rows = trace(tmp_path)
+    assert stopped and [r["step"] for r in rows] == [1, 2, 3]
+    assert rows[-1]["faults/engine_restarts"] == 1 and rows[-1]["faults/requeued_prompts"] == 8
+    assert time.monotonic() - t0 < 120
+    for pid in stopped:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_config_errors_exit_2(tmp_path):
+    bad = tmp_path / "c.yaml"
+    bad.write_text("train:\n  stpes: 3\n")
+    r = invoke("rlvr-train", [str(bad)])
+    assert r.code == 2 and "train.stpes: unknown key" in r.stderr
+    r = invoke("rlvr-train", [TINY, "--set", "train.steps=x", "--print-config"])
+    assert r.code == 2
+    r = invoke("rlvr-train", [TINY, "--set", "train.steps=3", "--print-config"])
+    assert r.code == 0 and "steps: 3" in r.stdout
