@@ -83,6 +83,16 @@ def test_tiny_run_learns_through_vllm(ray_session, base_model, tmp_path):
     r = invoke("rlvr-passk", [str(tmp_path / "traces" / "rollouts.jsonl")])
     assert r.code == 0, r.stderr
     assert orjson.loads(r.stdout)["n_prompts"] == 12 * 16
+    # the checkpoint is a model folder rlvr-rollout loads as it is; the trained policy says 7
+    prompts = invoke("rlvr-data", ["toy", "--split", "test", "--limit", "8"]).stdout
+    out = invoke("rlvr-rollout", ["--model", ck, "--engine", "hf", "-n", "4", "--max-tokens", "24",
+                                  "--temperature", "1.0", "--dtype", "float32"], prompts)
+    assert out.code == 0, out.stderr
+    recs = out.records()
+    assert len(recs) == 8 and all(len(x["completions"]) == 4 for x in recs)
+    v = invoke("rlvr-verify", ["-j", "1", "--set", "math.mode=flexible-extract"], out.stdout)
+    acc = sum(sum(x["rewards"]) for x in v.records()) / 32
+    assert acc > first + 0.1, acc
 
 
 def test_resume_continues_same_data_order(ray_session, base_model, tmp_path):
