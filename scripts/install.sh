@@ -30,4 +30,15 @@ if [ "$(id -u)" = 0 ]; then
     (apt-get install -y -q bubblewrap >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q bubblewrap >/dev/null 2>&1; }) || echo "install: bubblewrap not installed (no namespaces for the code sandbox)" >&2
   fi
 fi
+# Ceph's RADOS Gateway, the S3 server the S3 tests start on 127.0.0.1 (needs root and apt;
+# without it the tests fall back to moto's server, from the dev extras, and say so).
+if ! command -v radosgw >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    CEPH_PKGS="ceph-mon ceph-osd radosgw"
+    (apt-get install -y -q --no-install-recommends $CEPH_PKGS >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q --no-install-recommends $CEPH_PKGS >/dev/null 2>&1; }) \
+      || echo "install: warning: Ceph (radosgw) not installed; the S3 tests will use moto" >&2
+  else
+    echo "install: not root: Ceph (radosgw) not installed; the S3 tests will use moto" >&2
+  fi
+fi
 echo "install: done ($($VENV/bin/python -c 'import torch,sys;print("python",sys.version.split()[0],"torch",torch.__version__)'))" >&2

@@ -16,6 +16,7 @@ COMMANDS: dict[str, dict] = {
     "rlvr-gpu-free": {"module": "rlvr.commands.gpu_free", "records": False},
     "rlvr-train": {"module": "rlvr.commands.train", "records": False},
     "rlvr-plot": {"module": "rlvr.commands.plot", "records": False},
+    "rlvr-s3-sync": {"module": "rlvr.commands.s3_sync", "records": False},
     "rlvr-rollout": {"module": "rlvr.commands.rollout", "records": True},
     "rlvr-eval": {"module": "rlvr.commands.eval", "records": False},
 }
