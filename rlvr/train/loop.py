@@ -202,14 +202,17 @@ class Run:
             raise
         finally:
             traces.close()
-            if uploader is not None:
-                uploader.close(timeout=300)
             end_manifest(self.run_dir, status, final_metrics=last, faults=dict(self.faults))
             for a in self.engines + [self.trainer]:
                 try:
                     ray.kill(a)
                 except Exception:  # noqa: BLE001
                     pass
+            if uploader is not None:
+                uploader.submit(os.path.abspath(self.run_dir))  # the final traces and run.json
+                failed = uploader.close(timeout=600)
+                if failed:
+                    log(f"{len(failed)} upload(s) to {self.cfg.checkpoint.upload} failed: {failed[0][1]}")
         return last
 
     def _uploader(self):
@@ -217,7 +220,8 @@ class Run:
             return None
         from rlvr.s3 import BackgroundUploader
 
-        return BackgroundUploader(self.cfg.checkpoint.upload)
+        # s3://bucket/prefix/ + <run folder name>/...: the layout rlvr-s3-sync pull expects.
+        return BackgroundUploader(self.cfg.checkpoint.upload, root=os.path.dirname(os.path.abspath(self.run_dir)))
 
     def _sampling(self) -> dict:
         r = self.cfg.rollout
@@ -459,7 +463,7 @@ class Run:
         prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last)
         log(f"checkpoint {final} ({time.monotonic() - t0:.1f}s)")
         if uploader is not None:
-            uploader.submit(self.run_dir)
+            uploader.submit(os.path.abspath(self.run_dir))  # off this thread; unchanged files are skipped
 
 
 def train(cfg: TrainConfig, run_dir: str, argv: list[str], config_yaml: str, resume: bool = False) -> dict:
