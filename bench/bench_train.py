@@ -116,8 +116,8 @@ def bench_sync(tmp):
     try:
         for hidden, layers in ((128, 2), (512, 4), (1024, 8)):
             path = build(os.path.join(tmp, f"m{hidden}"), hidden=hidden, layers=layers, heads=hidden // 64)
-            tr = ray.remote(num_cpus=1)(TrainerActor).remote(path, TrainerConfig(dtype="float32", device="cpu"), 16, 1,
-                                                            False, None, {"OMP_NUM_THREADS": "1"})
+            tr = ray.remote(num_cpus=1)(TrainerActor).remote({"OMP_NUM_THREADS": "1"})
+            ray.get(tr.setup.remote(path, TrainerConfig(dtype="float32", device="cpu"), 16, 1, False, None))
             eng = ray.remote(num_cpus=1)(EngineActor).remote(path, "vllm", {"dtype": "float32", "max_model_len": 256},
                                                              {"OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1"})
             ray.get(eng.ping.remote())

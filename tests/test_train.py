@@ -173,6 +173,51 @@ def test_hung_engine_is_detected_and_replaced(ray_session, base_model, tmp_path)
             pass
 
 
+def test_trainer_death_fails_clearly_and_keeps_the_last_checkpoint(ray_session, base_model, tmp_path):
+    import ray
+
+    from rlvr.cli import Failure
+
+    cfg = cfg_for(base_model, "train.steps=6", "checkpoint.every=2", *SMALL)
+    killed = []
+
+    def killer():
+        path = tmp_path / "checkpoints" / "step_000002" / "trainer_state.pt"
+        while not path.exists():
+            time.sleep(0.05)
+        for a in ray.util.list_named_actors():
+            if a.startswith("rlvr-trainer-"):
+                ray.kill(ray.get_actor(a))
+                killed.append(a)
+
+    th = threading.Thread(target=killer, daemon=True)
+    th.start()
+    with pytest.raises(Failure) as ei:
+        run(cfg, tmp_path)
+    th.join(timeout=5)
+    msg = ei.value.message
+    assert killed and "the trainer process died" in msg and "--resume" in msg and "step_0000" in msg
+    step, ck = latest_checkpoint(str(tmp_path))
+    assert step >= 2 and os.path.exists(os.path.join(ck, "model.safetensors"))
+    assert orjson.loads((tmp_path / "run.json").read_bytes())["status"] == "failed"
+
+
+def test_two_fsdp_trainer_ranks(ray_session, base_model, tmp_path):
+    cfg = cfg_for(base_model, "train.steps=3", "checkpoint.every=2", "train.num_trainers=2",
+                  "train.trainer_num_cpus=0.5", *SMALL)
+    run(cfg, tmp_path / "a")
+    run(cfg_for(base_model, "train.steps=4", "checkpoint.every=2", "train.num_trainers=2",
+                "train.trainer_num_cpus=0.5", *SMALL), tmp_path / "a", resume=True)
+    rows = trace(tmp_path / "a")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    man = orjson.loads((tmp_path / "a" / "run.json").read_bytes())
+    assert len(man["placement"]["trainer_ranks"]) == 2 and man["resumed_from_step"] == 3
+    trained = [r for r in rows if r["train/sequences"] > 0]  # all-zero groups are filtered out
+    assert trained and all(r["logprob/engine_vs_trainer_abs_diff"] < 1e-2 for r in trained)
+    step, ck = latest_checkpoint(str(tmp_path / "a"))
+    assert step == 4 and os.path.exists(os.path.join(ck, "optimizer_rank001.pt"))
+
+
 def test_config_errors_exit_2(tmp_path):
     bad = tmp_path / "c.yaml"
     bad.write_text("train:\n  stpes: 3\n")

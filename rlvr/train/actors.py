@@ -87,17 +87,50 @@ class EngineActor:
 
 
 class TrainerActor:
-    """The policy and optimizer (rlvr.train.trainer.PolicyTrainer) in a Ray worker."""
+    """One rank of the policy trainer (rlvr.train.trainer.PolicyTrainer) in a Ray worker.
 
-    def __init__(self, model_path: str, tcfg, max_tokens: int, total_steps: int, trust_remote_code: bool,
-                 ref_path: str | None, env: dict | None = None, temperature: float = 1.0):
+    Made in two phases so that several ranks can meet: address() names a rendezvous on rank
+    0's node, then setup() on every rank joins the process group (NCCL on GPUs, gloo on
+    CPUs) and loads the model, sharded with FSDP when world > 1.
+    """
+
+    def __init__(self, env: dict | None = None):
         os.environ.update(env or {})
         import torch
 
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-        from rlvr.train.trainer import PolicyTrainer
+        self.t = None
 
-        self.t = PolicyTrainer(model_path, tcfg, max_tokens, total_steps, trust_remote_code, ref_path, temperature)
+    def address(self) -> tuple[str, int]:
+        import socket
+
+        import ray
+
+        with socket.socket() as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        return ray.util.get_node_ip_address(), port
+
+    def setup(self, model_path: str, tcfg, max_tokens: int, total_steps: int, trust_remote_code: bool,
+              ref_path: str | None, temperature: float = 1.0, rank: int = 0, world: int = 1,
+              master: tuple[str, int] | None = None) -> str:
+        import datetime
+
+        import torch
+
+        from rlvr.train.trainer import PolicyTrainer, resolve_device
+
+        if world > 1:
+            import torch.distributed as dist
+
+            backend = "nccl" if resolve_device(tcfg.device).startswith("cuda") else "gloo"
+            if backend == "nccl":
+                torch.cuda.set_device(0)  # Ray gives each rank its own GPU as cuda:0
+            dist.init_process_group(backend, init_method=f"tcp://{master[0]}:{master[1]}", rank=rank,
+                                    world_size=world, timeout=datetime.timedelta(minutes=10))
+        self.t = PolicyTrainer(model_path, tcfg, max_tokens, total_steps, trust_remote_code, ref_path, temperature,
+                               rank=rank, world=world)
+        return self.t.device
 
     def step(self, batch) -> dict:
         return self.t.step(batch)

@@ -111,6 +111,8 @@ class TrainerConfig:
     device: str = "auto"
     seed: int = 0
     gradient_checkpointing: bool = False
+    num_trainers: int = 1
+    """Data-parallel trainer ranks (FSDP-sharded policy; NCCL on GPUs, gloo on CPUs); one GPU each on GPU clusters."""
     trainer_num_cpus: float = 1.0
     trainer_num_gpus: float = 1.0
     trainer_resources: dict[str, float] = field(default_factory=dict)

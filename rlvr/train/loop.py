@@ -27,6 +27,7 @@ from rlvr.cli import Failure
 from rlvr.runs import (Traces, checkpoint_dir, commit_checkpoint, end_manifest, init_run_dir, latest_checkpoint,
                        prune_checkpoints, tmp_checkpoint_dir, truncate_traces, update_manifest)
 from rlvr.train.config import TrainConfig
+from rlvr.train.trainer import merge_metrics
 
 GT_FIELDS = ("answer", "tests", "test_setup", "test", "entry_point", "prefix", "instruction_id_list", "kwargs")
 
@@ -129,7 +130,7 @@ class Run:
         return ray.remote(max_restarts=0, max_concurrency=1, **res)(EngineActor).options(name=name).remote(
             model_path, r.engine, self._engine_options(), self._env())
 
-    def _new_trainer(self, model_path: str, ref_path: str):
+    def _new_trainers(self, model_path: str, ref_path: str) -> list:
         import ray
 
         from rlvr.train.actors import TrainerActor
@@ -140,9 +141,14 @@ class Run:
             res["num_gpus"] = t.trainer_num_gpus
         if t.trainer_resources:
             res["resources"] = dict(t.trainer_resources)
-        return ray.remote(**res)(TrainerActor).remote(model_path, t, self.cfg.rollout.max_tokens, t.steps,
-                                                      self.cfg.model.trust_remote_code, ref_path, self._env(),
-                                                      self.cfg.rollout.temperature)
+        world = max(1, t.num_trainers)
+        actors = [ray.remote(**res)(TrainerActor).options(name=f"rlvr-trainer-{r}-{os.getpid()}-{id(self):x}")
+                  .remote(self._env()) for r in range(world)]
+        master = ray.get(actors[0].address.remote()) if world > 1 else None
+        ray.get([a.setup.remote(model_path, t, self.cfg.rollout.max_tokens, t.steps, self.cfg.model.trust_remote_code,
+                                ref_path, self.cfg.rollout.temperature, r, world, master)
+                 for r, a in enumerate(actors)])
+        return actors
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -171,13 +177,16 @@ class Run:
         self._ray_init()
         log(f"run folder {self.run_dir}")
         t0 = time.monotonic()
-        self.trainer = self._new_trainer(model_path, base)
+        self.trainers = self._new_trainers(model_path, base)
+        self.trainer = self.trainers[0]
         if start_step:
-            ray.get(self.trainer.load_state.remote(model_path))
+            self._trainer_call([t.load_state.remote(model_path) for t in self.trainers], "loading the checkpoint")
         self.model_path = model_path
         self.engines = [self._new_engine(model_path) for _ in range(cfg.rollout.num_engines)]
-        nodes = ray.get([e.node.remote() for e in self.engines] + [self.trainer.node.remote()])
-        update_manifest(self.run_dir, placement={"engines": nodes[:-1], "trainer": nodes[-1]})
+        nodes = ray.get([e.node.remote() for e in self.engines] + [t.node.remote() for t in self.trainers])
+        ne = len(self.engines)
+        update_manifest(self.run_dir, placement={"engines": nodes[:ne], "trainer": nodes[ne],
+                                                 "trainer_ranks": nodes[ne:]})
         log(f"{len(self.engines)} engine(s) and the trainer ready in {time.monotonic() - t0:.1f}s")
         self.synced_version = start_step
         # Engines loaded the same weights the trainer holds: tag them with its version.
@@ -203,7 +212,7 @@ class Run:
         finally:
             traces.close()
             end_manifest(self.run_dir, status, final_metrics=last, faults=dict(self.faults))
-            for a in self.engines + [self.trainer]:
+            for a in self.engines + self.trainers:
                 try:
                     ray.kill(a)
                 except Exception:  # noqa: BLE001
@@ -302,7 +311,8 @@ class Run:
         import ray
 
         t0 = time.monotonic()
-        self.weights_ref = self.trainer.weights.remote()
+        # every rank takes part in gathering the full weights; rank 0 returns them
+        self.weights_ref = [t.weights.remote() for t in self.trainers][0]
         refs = [e.update_weights.remote(self.weights_ref, version) for e in self.engines]
         self.synced_version = version
         if wait:
@@ -311,7 +321,9 @@ class Run:
             except ray.exceptions.GetTimeoutError:
                 raise Failure(f"weight sync to version {version} took longer than sync.timeout_s="
                               f"{self.cfg.sync.timeout_s:.0f}s: an engine is hung") from None
-            except ray.exceptions.RayActorError as ex:
+            except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as ex:
+                # The weights come from the trainer: tell a dead trainer from a dead engine.
+                self._trainer_call(self.trainer.version.remote(), f"the weight sync to version {version}")
                 raise Failure(f"weight sync to version {version} failed: an engine died ({ex.__class__.__name__})") from None
         else:
             self._pending_syncs = refs
@@ -347,7 +359,15 @@ class Run:
             results = self._collect(launched.pop(step))
             t_rollout = time.monotonic() - t0
             if self._pending_syncs:
-                ray.get(self._pending_syncs, timeout=cfg.sync.timeout_s + cfg.sync.generate_timeout_s)
+                try:
+                    ray.get(self._pending_syncs, timeout=cfg.sync.timeout_s + cfg.sync.generate_timeout_s)
+                except ray.exceptions.GetTimeoutError:
+                    raise Failure(f"a weight sync gave no answer within sync.timeout_s + sync.generate_timeout_s: "
+                                  f"an engine is hung") from None
+                except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as ex:
+                    self._trainer_call(self.trainer.version.remote(), f"the weight sync to version {step}")
+                    raise Failure(f"weight sync to version {step} failed: an engine died "
+                                  f"({ex.__class__.__name__})") from None
                 self._pending_syncs = []
             # -- rewards ---------------------------------------------------------------------
             t0 = time.monotonic()
@@ -382,7 +402,7 @@ class Run:
             if max(stale, default=0) > S:
                 raise Failure(f"internal error: staleness {max(stale)} > max_staleness {S} at step {step}")
             t0 = time.monotonic()
-            m = ray.get(self.trainer.step.remote(b))
+            m = merge_metrics(self._trainer_call([t.step.remote(b) for t in self.trainers], f"step {step + 1}"))
             t_train = time.monotonic() - t0
             version = step + 1
             t_sync = self._sync(version, wait=(S == 0))
@@ -452,12 +472,29 @@ class Run:
                 self._checkpoint(version, uploader)
         return last
 
+    def _trainer_call(self, ref, what: str):
+        """ray.get on a trainer call; a dead or failing trainer ends the run with one clear line."""
+        import ray
+
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayActorError as ex:
+            why = f"the trainer process died during {what} ({type(ex).__name__})"
+        except ray.exceptions.RayTaskError as ex:
+            cause = ex.as_instanceof_cause() if hasattr(ex, "as_instanceof_cause") else ex
+            why = f"the trainer failed during {what}: {type(cause).__name__}: {str(cause).strip().splitlines()[-1][:300]}"
+        ck = latest_checkpoint(self.run_dir)
+        where = f"the last complete checkpoint is {ck[1]} (step {ck[0]}); continue with --resume {self.run_dir}" \
+            if ck else "no checkpoint was completed"
+        raise Failure(f"{why}; {where}")
+
     def _checkpoint(self, step: int, uploader) -> None:
         import ray
 
         t0 = time.monotonic()
         tmp = tmp_checkpoint_dir(self.run_dir, step)
-        ray.get(self.trainer.save.remote(tmp, {"step": step, "config": self.config_yaml}))
+        self._trainer_call([t.save.remote(tmp, {"step": step, "config": self.config_yaml}) for t in self.trainers],
+                           f"saving checkpoint {step}")
         final = checkpoint_dir(self.run_dir, step)
         commit_checkpoint(tmp, final)
         prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last)

@@ -28,6 +28,31 @@ class Batch:
     loss_mask: list[bool] | None = None     # False: sequence excluded (e.g. truncated)
 
 
+def merge_metrics(per_rank: list[dict]) -> dict[str, float]:
+    """Metrics of one step over all ranks: losses add up (each rank's is its share of the
+    batch's loss), token-level means are weighted by tokens, counts add up."""
+    if len(per_rank) == 1:
+        m = dict(per_rank[0])
+    else:
+        toks = [r.get("_tokens", 0.0) for r in per_rank]
+        total = sum(toks)
+        m = {}
+        for k in per_rank[0]:
+            vals = [r.get(k, float("nan")) for r in per_rank]
+            if k.startswith("loss/") or k in ("train/sequences", "train/tokens", "_tokens", "_diff_sum", "_diff_n"):
+                m[k] = float(sum(vals))
+            elif k in ("grad/norm", "lr"):
+                m[k] = vals[0]
+            else:
+                pairs = [(v, t) for v, t in zip(vals, toks) if t and v == v]
+                m[k] = sum(v * t for v, t in pairs) / sum(t for _, t in pairs) if pairs and total else float("nan")
+        n = m.get("_diff_n", 0.0)
+        m["logprob/engine_vs_trainer_abs_diff"] = m.get("_diff_sum", 0.0) / n if n else float("nan")
+    for k in ("_tokens", "_diff_sum", "_diff_n"):
+        m.pop(k, None)
+    return m
+
+
 def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
@@ -52,18 +77,33 @@ def lr_lambda(schedule: str, warmup: int, total: int):
     return f
 
 
+def _shard(model) -> None:
+    """FSDP2: shard each decoder layer, then the rest of the model."""
+    from torch.distributed.fsdp import fully_shard
+
+    layers = getattr(getattr(model, "model", model), "layers", [])
+    for layer in layers:
+        fully_shard(layer)
+    fully_shard(model)
+
+
 class PolicyTrainer:
     def __init__(self, model_path: str, tcfg, max_tokens: int, total_steps: int, trust_remote_code: bool = False,
-                 ref_path: str | None = None, temperature: float = 1.0):
+                 ref_path: str | None = None, temperature: float = 1.0, rank: int = 0, world: int = 1):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.cfg = tcfg
+        # Data parallel over `world` ranks with FSDP (torch.distributed must be initialised by
+        # the caller: NCCL on GPUs, gloo on CPUs). Each rank takes every world-th sequence.
+        self.rank, self.world = rank, world
         # Log-probs are taken under the sampling temperature, as the engine reports them.
         self.temperature = temperature if temperature > 0 else 1.0
         torch.manual_seed(tcfg.seed)
         random.seed(tcfg.seed)
         np.random.seed(tcfg.seed)
         self.device = resolve_device(tcfg.device)
+        if self.device == "cuda" and world > 1:
+            self.device = f"cuda:{torch.cuda.current_device()}"
         self.dtype = resolve_dtype(tcfg.dtype, self.device)
         self.model_path = model_path
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=self.dtype,
@@ -71,6 +111,8 @@ class PolicyTrainer:
         self.tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
         if tcfg.gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
+        if world > 1:
+            _shard(self.model)
         self.model.train()
         self.ref = None
         if tcfg.beta > 0:
@@ -79,6 +121,8 @@ class PolicyTrainer:
                                                             trust_remote_code=trust_remote_code).to(self.device).eval()
             for p in self.ref.parameters():
                 p.requires_grad_(False)
+            if world > 1:
+                _shard(self.ref)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=tcfg.lr, weight_decay=tcfg.weight_decay,
                                      betas=(tcfg.adam_beta1, tcfg.adam_beta2))
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(tcfg.lr_schedule, tcfg.warmup_steps, total_steps))
@@ -122,23 +166,33 @@ class PolicyTrainer:
     # -- one optimizer step ----------------------------------------------------------------
 
     def step(self, batch: Batch) -> dict[str, float]:
+        """One optimizer step over the batch (this rank's share of it when world > 1).
+
+        Returns metrics; with several ranks, merge them with merge_metrics()."""
         n = len(batch.prompt_ids)
         keep = batch.loss_mask or [True] * n
-        idx = [i for i in range(n) if keep[i] and batch.completion_ids[i]]
+        idx_all = [i for i in range(n) if keep[i] and batch.completion_ids[i]]
+        idx = idx_all[self.rank::self.world]
         metrics_acc: dict[str, float] = {}
         tok_weights = 0.0
         diffs_sum, diffs_n = 0.0, 0
-        tokens_total = float(sum(len(batch.completion_ids[i]) for i in idx))
+        tokens_total = float(sum(len(batch.completion_ids[i]) for i in idx_all))
         self.opt.zero_grad(set_to_none=True)
         mb = max(1, self.cfg.micro_batch_size)
-        for s in range(0, len(idx), mb):
-            part = idx[s:s + mb]
-            prompts = [batch.prompt_ids[i] for i in part]
-            comps = [batch.completion_ids[i] for i in part]
+        # Every rank runs the same number of micro-batches (FSDP's collectives need all ranks);
+        # a rank with nothing left runs one masked dummy sequence.
+        n_mb = max(1, math.ceil(math.ceil(len(idx_all) / self.world) / mb)) if idx_all else 0
+        for k in range(n_mb):
+            part = idx[k * mb:(k + 1) * mb]
+            dummy = not part
+            prompts = [batch.prompt_ids[i] for i in part] or [[self.pad_id]]
+            comps = [batch.completion_ids[i] for i in part] or [[self.pad_id]]
             logp, ent, mask = self._logprobs(self.model, prompts, comps, with_entropy=True)   # [n, L]
+            if dummy:
+                mask = torch.zeros_like(mask)
             old = logp.detach()
             beh = None
-            if batch.behaviour_logprobs is not None:
+            if batch.behaviour_logprobs is not None and not dummy:
                 beh = torch.zeros_like(old)
                 for j, i in enumerate(part):
                     lp = batch.behaviour_logprobs[i]
@@ -150,23 +204,25 @@ class PolicyTrainer:
             if self.ref is not None:
                 with torch.no_grad():
                     ref, _, _ = self._logprobs(self.ref, prompts, comps)
-            adv = torch.tensor([batch.advantages[i] for i in part], device=self.device)
+            adv = torch.tensor([batch.advantages[i] for i in part] or [0.0], device=self.device)
             loss, m = policy_loss(logp, old, adv, mask, self.loss_cfg, behaviour_logp=beh, ref_logp=ref,
-                                  entropy=ent.detach() if ent is not None else None, n_total=len(idx),
+                                  entropy=ent.detach() if ent is not None else None, n_total=len(idx_all),
                                   tokens_total=tokens_total)
-            loss.backward()
+            # Losses are normalised by the whole batch's counts, so the ranks' gradients must be
+            # summed; FSDP averages them over ranks, hence the factor.
+            (loss * self.world).backward()
             w = float(mask.sum())
             tok_weights += w
-            for k, v in m.items():
-                if k.startswith("loss/"):
-                    metrics_acc[k] = metrics_acc.get(k, 0.0) + v        # already scaled to the batch
-                else:
-                    metrics_acc[k] = metrics_acc.get(k, 0.0) + v * w
-        for k in list(metrics_acc):
-            if not k.startswith("loss/"):
-                metrics_acc[k] = metrics_acc[k] / tok_weights if tok_weights else float("nan")
+            for key, v in m.items():
+                if key.startswith("loss/"):
+                    metrics_acc[key] = metrics_acc.get(key, 0.0) + v        # already scaled to the batch
+                elif w:
+                    metrics_acc[key] = metrics_acc.get(key, 0.0) + v * w
+        for key in list(metrics_acc):
+            if not key.startswith("loss/"):
+                metrics_acc[key] = metrics_acc[key] / tok_weights if tok_weights else float("nan")
         grad_norm = 0.0
-        if idx:
+        if idx_all:
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip))
             self.opt.step()
         lr = self.sched.get_last_lr()[0]
@@ -176,17 +232,30 @@ class PolicyTrainer:
             "grad/norm": grad_norm,
             "lr": lr,
             "train/sequences": float(len(idx)),
-            "train/tokens": tokens_total,
+            "train/tokens": float(sum(len(batch.completion_ids[i]) for i in idx)),
             "logprob/engine_vs_trainer_abs_diff": diffs_sum / diffs_n if diffs_n else float("nan"),
+            "_tokens": tok_weights, "_diff_sum": diffs_sum, "_diff_n": float(diffs_n),
         })
         return metrics_acc
 
     # -- weights out -----------------------------------------------------------------------
 
-    def weights(self) -> list[tuple[str, np.ndarray, str]]:
-        """(name, array, dtype) per parameter, as numpy (bf16 travels as int16 bits: exact)."""
+    def full_state_dict(self) -> dict:
+        """The unsharded state dict (a collective call with several ranks: all must call it)."""
+        if self.world == 1:
+            return self.model.state_dict()
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        return get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+    def weights(self) -> list[tuple[str, np.ndarray, str]] | None:
+        """(name, array, dtype) per parameter, as numpy (bf16 travels as int16 bits: exact).
+        With several ranks every rank must call it; rank 0 returns the weights, others None."""
+        sd = self.full_state_dict()
+        if self.rank != 0:
+            return None
         out = []
-        for name, t in self.model.state_dict().items():
+        for name, t in sd.items():
             t = t.detach().to("cpu")
             if t.dtype == torch.bfloat16:
                 out.append((name, t.view(torch.int16).numpy(), "bfloat16"))
@@ -197,17 +266,31 @@ class PolicyTrainer:
     # -- checkpoints -----------------------------------------------------------------------
 
     def save(self, path: str, extra_state: dict) -> None:
-        """A Hugging Face folder (model, tokenizer, generation config) + trainer_state.pt last."""
-        self.model.save_pretrained(path, safe_serialization=True)
-        self.tokenizer.save_pretrained(path)
-        gen = os.path.join(self.model_path, "generation_config.json")
-        if os.path.exists(gen) and not os.path.exists(os.path.join(path, "generation_config.json")):
-            import shutil
+        """A Hugging Face folder (model, tokenizer, generation config) + trainer_state.pt last.
+        With several ranks every rank must call it: each writes its optimizer shard."""
+        sd = self.full_state_dict()
+        opt_state = self.opt.state_dict()
+        if self.world > 1:
+            torch.save(opt_state, os.path.join(path, f"optimizer_rank{self.rank:03d}.pt"))
+            opt_state = None
+        if self.rank == 0:
+            self.model.save_pretrained(path, state_dict=sd, safe_serialization=True)
+            self.tokenizer.save_pretrained(path)
+            gen = os.path.join(self.model_path, "generation_config.json")
+            if os.path.exists(gen) and not os.path.exists(os.path.join(path, "generation_config.json")):
+                import shutil
 
-            shutil.copy(gen, path)
+                shutil.copy(gen, path)
+        if self.world > 1:
+            import torch.distributed as dist
+
+            dist.barrier()
+        if self.rank != 0:
+            return
         state = {
             "version": self.version,
-            "optimizer": self.opt.state_dict(),
+            "world": self.world,
+            "optimizer": opt_state,
             "scheduler": self.sched.state_dict(),
             "rng": {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()},
             **extra_state,
@@ -220,7 +303,14 @@ class PolicyTrainer:
         """Restore optimizer, scheduler, version and RNG from a checkpoint; returns the state dict.
         (The weights come from constructing the trainer on the checkpoint folder.)"""
         state = torch.load(os.path.join(path, "trainer_state.pt"), weights_only=False)
-        self.opt.load_state_dict(state["optimizer"])
+        if state.get("world", 1) != self.world:
+            raise ValueError(f"{path} was saved by {state.get('world', 1)} trainer rank(s); resume with the same "
+                             f"train.num_trainers")
+        if self.world > 1:
+            self.opt.load_state_dict(torch.load(os.path.join(path, f"optimizer_rank{self.rank:03d}.pt"),
+                                                weights_only=False))
+        else:
+            self.opt.load_state_dict(state["optimizer"])
         self.sched.load_state_dict(state["scheduler"])
         self.version = int(state["version"])
         torch.set_rng_state(state["rng"]["torch"])
