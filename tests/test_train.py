@@ -117,10 +117,11 @@ def test_async_staleness_bound(ray_session, base_model, tmp_path):
         assert x["step"] - 1 - x["policy_version"] <= 1
 
 
-def test_engine_killed_mid_run_is_restarted(ray_session, base_model, tmp_path):
+@pytest.mark.parametrize("staleness", [0, 1])
+def test_engine_killed_mid_run_is_restarted(ray_session, base_model, tmp_path, staleness):
     import ray
 
-    cfg = cfg_for(base_model, "train.steps=4", "checkpoint.every=0", *SMALL)
+    cfg = cfg_for(base_model, "train.steps=4", "checkpoint.every=0", f"train.max_staleness={staleness}", *SMALL)
     killed = []
 
     def killer():

@@ -111,15 +111,21 @@ def test_partial_checkpoint_is_ignored(tmp_path):
     assert latest_checkpoint(str(tmp_path)) is None
 
 
-def test_weights_export_bf16_exactly(tiny):
-    t = trainer(tiny)
-    t.model.to(torch.bfloat16)
-    w = dict((n, (a, d)) for n, a, d in t.weights())
+def test_mixed_precision_keeps_fp32_master_and_exports_bf16(tiny):
+    cfg = TrainerConfig(lr=1e-6, micro_batch_size=2, dtype="bfloat16", device="cpu")
+    t = PolicyTrainer(tiny, cfg, max_tokens=8, total_steps=10)
+    assert all(p.dtype == torch.float32 for p in t.model.parameters())
+    before = {n: p.detach().clone() for n, p in t.model.named_parameters()}
+    t.step(Batch([[5, 6, 7]], [[10, 11]], [1.0], None, None))
+    changed = sum(int((p.detach() != before[n]).sum()) for n, p in t.model.named_parameters())
+    total = sum(p.numel() for p in t.model.parameters())
+    assert changed > 0.5 * total  # a 1e-6 step survives in the fp32 master weights
+    w = {n: (a, d) for n, a, d in t.weights()}
     name = "model.embed_tokens.weight"
     arr, dt = w[name]
-    assert dt == "bfloat16"
+    assert dt == "bfloat16" and "lm_head.weight" not in w  # tied: sent once
     back = torch.from_numpy(arr).view(torch.bfloat16)
-    assert torch.equal(back, t.model.state_dict()[name])
+    assert torch.equal(back, t.model.state_dict()[name].to(torch.bfloat16))
 
 
 def test_truncate_traces(tmp_path):

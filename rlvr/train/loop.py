@@ -42,6 +42,7 @@ class Chunk:
     ref: object
     items: list        # [(record, epoch)]
     submitted: float
+    actor: object = None  # the engine actor it was sent to (a restarted engine is a new actor)
 
 
 def prompt_token_ids(tokenizer, prompt) -> list[int]:
@@ -182,6 +183,9 @@ class Run:
         if start_step:
             self._trainer_call([t.load_state.remote(model_path) for t in self.trainers], "loading the checkpoint")
         self.model_path = model_path
+        self.base_path = base
+        self._pending_syncs = {}
+        self._last_done = {}
         self.engines = [self._new_engine(model_path) for _ in range(cfg.rollout.num_engines)]
         nodes = ray.get([e.node.remote() for e in self.engines] + [t.node.remote() for t in self.trainers])
         ne = len(self.engines)
@@ -254,7 +258,7 @@ class Run:
         ids = [prompt_token_ids(self.tokenizer, rec["prompt"]) for rec, _ in items]
         seeds = [sample_seed(self.cfg.rollout.seed, rec["id"], ep) for rec, ep in items]
         ref = self.engines[e].generate.remote(ids, self._sampling(), seeds)
-        return Chunk(e, ref, items, time.monotonic())
+        return Chunk(e, ref, items, time.monotonic(), self.engines[e])
 
     def _restart_engine(self, e: int, why: str) -> None:
         import ray
@@ -267,10 +271,18 @@ class Run:
             ray.kill(self.engines[e], no_restart=True)
         except Exception:  # noqa: BLE001
             pass
-        self.engines[e] = self._new_engine(self.model_path)
+        self._pending_syncs.pop(e, None)  # died with the old actor; the new one is synced below
+        # From the base model (a resumed run's checkpoint folder may since have been pruned),
+        # then the current weights.
+        self.engines[e] = self._new_engine(self.base_path)
         if self.weights_ref is not None:
-            ray.get(self.engines[e].update_weights.remote(self.weights_ref, self.synced_version),
-                    timeout=self.cfg.sync.timeout_s + 300)
+            try:
+                ray.get(self.engines[e].update_weights.remote(self.weights_ref, self.synced_version),
+                        timeout=self.cfg.sync.timeout_s + 300)
+            except (ray.exceptions.GetTimeoutError, ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as ex:
+                raise Failure(f"engine {e} could not be restarted ({type(ex).__name__}: "
+                              f"{str(ex).strip().splitlines()[-1][:200]})") from None
+        self._last_done[e] = time.monotonic()
 
     def _collect(self, chunks: list[Chunk]) -> list[tuple]:
         """Wait for a batch's chunks; requeue those of engines that died or hung.
@@ -287,19 +299,28 @@ class Run:
             now = time.monotonic()
             nxt = []
             for c in pending:
+                current = c.actor is self.engines[c.engine]
                 if c.ref in ready:
                     try:
                         res = ray.get(c.ref)
-                    except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as ex:
-                        self._restart_engine(c.engine, f"died ({type(ex).__name__})")
+                    except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError,
+                            ray.exceptions.RayTaskError) as ex:
+                        if current:  # else: queued on an engine already replaced, just resend
+                            self._restart_engine(c.engine, f"failed ({type(ex).__name__})")
                         self.faults["requeued_prompts"] += len(c.items)
                         nxt.append(self._submit(c.engine, c.items))
                         continue
+                    self._last_done[c.engine] = now
                     self._engine_busy += res["seconds"]
                     for j, ((rec, ep), group) in enumerate(zip(c.items, res["samples"])):
                         out[j * ne + c.engine] = (rec, ep, group, res["version_start"], res["version_end"])
-                elif now - c.submitted > limit:
+                # A chunk queued behind others on its engine is timed from when the engine
+                # last delivered, not from its submission.
+                elif current and now - max(c.submitted, self._last_done.get(c.engine, 0.0)) > limit:
                     self._restart_engine(c.engine, f"gave no answer in {limit:.0f}s")
+                    self.faults["requeued_prompts"] += len(c.items)
+                    nxt.append(self._submit(c.engine, c.items))
+                elif not current:
                     self.faults["requeued_prompts"] += len(c.items)
                     nxt.append(self._submit(c.engine, c.items))
                 else:
@@ -326,7 +347,7 @@ class Run:
                 self._trainer_call(self.trainer.version.remote(), f"the weight sync to version {version}")
                 raise Failure(f"weight sync to version {version} failed: an engine died ({ex.__class__.__name__})") from None
         else:
-            self._pending_syncs = refs
+            self._pending_syncs = dict(enumerate(refs))
         return time.monotonic() - t0
 
     def _loop(self, stream, pool, traces, start_step: int, uploader) -> dict:
@@ -343,7 +364,9 @@ class Run:
         next_launch = start_step
         last: dict = {}
         t_start = time.monotonic()
-        self._pending_syncs = []
+        self._pending_syncs = {}
+        self._last_done = {}
+        trained = start_step
         for step in range(start_step, total):
             t_step = time.monotonic()
             self._engine_busy = 0.0
@@ -358,17 +381,16 @@ class Run:
             t0 = time.monotonic()
             results = self._collect(launched.pop(step))
             t_rollout = time.monotonic() - t0
-            if self._pending_syncs:
+            for e, ref in list(self._pending_syncs.items()):
                 try:
-                    ray.get(self._pending_syncs, timeout=cfg.sync.timeout_s + cfg.sync.generate_timeout_s)
+                    ray.get(ref, timeout=cfg.sync.timeout_s + cfg.sync.generate_timeout_s)
                 except ray.exceptions.GetTimeoutError:
-                    raise Failure(f"a weight sync gave no answer within sync.timeout_s + sync.generate_timeout_s: "
-                                  f"an engine is hung") from None
+                    self._restart_engine(e, "did not apply a weight update in time")
                 except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as ex:
+                    # the weights come from the trainer: a dead trainer ends the run
                     self._trainer_call(self.trainer.version.remote(), f"the weight sync to version {step}")
-                    raise Failure(f"weight sync to version {step} failed: an engine died "
-                                  f"({ex.__class__.__name__})") from None
-                self._pending_syncs = []
+                    self._restart_engine(e, f"failed a weight update ({type(ex).__name__})")
+            self._pending_syncs = {}
             # -- rewards ---------------------------------------------------------------------
             t0 = time.monotonic()
             recs = []
@@ -467,9 +489,12 @@ class Run:
                 f"len {metrics['completions/mean_length']:.1f} tok/s {metrics['throughput/tokens_per_s']:.0f} "
                 f"staleness {metrics['staleness/mean']:.2f} step {wall:.2f}s ETA {eta:.0f}s")
             last = metrics
+            trained = version
             every = cfg.checkpoint.every
             if version == total or (every and version % every == 0):
                 self._checkpoint(version, uploader)
+        if trained > start_step and trained != total and not (cfg.checkpoint.every and trained % cfg.checkpoint.every == 0):
+            self._checkpoint(trained, uploader)  # the data ran out before train.steps
         return last
 
     def _trainer_call(self, ref, what: str):

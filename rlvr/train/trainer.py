@@ -77,14 +77,16 @@ def lr_lambda(schedule: str, warmup: int, total: int):
     return f
 
 
-def _shard(model) -> None:
-    """FSDP2: shard each decoder layer, then the rest of the model."""
-    from torch.distributed.fsdp import fully_shard
+def _shard(model, compute_dtype: torch.dtype) -> None:
+    """FSDP2: shard each decoder layer, then the rest of the model; parameters are cast to
+    compute_dtype for forward/backward, gradients reduced in fp32."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+    mp = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
     layers = getattr(getattr(model, "model", model), "layers", [])
     for layer in layers:
-        fully_shard(layer)
-    fully_shard(model)
+        fully_shard(layer, mp_policy=mp)
+    fully_shard(model, mp_policy=mp)
 
 
 class PolicyTrainer:
@@ -104,25 +106,27 @@ class PolicyTrainer:
         self.device = resolve_device(tcfg.device)
         if self.device == "cuda" and world > 1:
             self.device = f"cuda:{torch.cuda.current_device()}"
+        # Mixed precision: fp32 master weights and optimizer state, forward/backward in
+        # self.dtype (bf16 on GPUs). Pure-bf16 AdamW would round most updates of lr ~1e-6 away.
         self.dtype = resolve_dtype(tcfg.dtype, self.device)
         self.model_path = model_path
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=self.dtype,
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32,
                                                           trust_remote_code=trust_remote_code).to(self.device)
         self.tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
         if tcfg.gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
         if world > 1:
-            _shard(self.model)
+            _shard(self.model, self.dtype)
         self.model.train()
         self.ref = None
         if tcfg.beta > 0:
             # The reference is the initial policy, also when resuming from a checkpoint.
-            self.ref = AutoModelForCausalLM.from_pretrained(ref_path or model_path, dtype=self.dtype,
+            self.ref = AutoModelForCausalLM.from_pretrained(ref_path or model_path, dtype=torch.float32,
                                                             trust_remote_code=trust_remote_code).to(self.device).eval()
             for p in self.ref.parameters():
                 p.requires_grad_(False)
             if world > 1:
-                _shard(self.ref)
+                _shard(self.ref, self.dtype)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=tcfg.lr, weight_decay=tcfg.weight_decay,
                                      betas=(tcfg.adam_beta1, tcfg.adam_beta2))
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(tcfg.lr_schedule, tcfg.warmup_steps, total_steps))
@@ -157,10 +161,18 @@ class PolicyTrainer:
     def _logprobs(self, model, prompts, comps, with_entropy=False):
         ids, attn, pos, targets, cmask, L = self._collate(prompts, comps)
         dev = self.device
-        out = model(input_ids=ids.to(dev), attention_mask=attn.to(dev), position_ids=pos.to(dev),
-                    logits_to_keep=L + 1, use_cache=False)
-        logits = out.logits[:, :L, :] / self.temperature                     # [N, L, V] predicts completion
-        logp, ent = token_logprobs(logits, targets.to(dev), with_entropy)   # [N, L]
+        autocast = self.world == 1 and self.dtype != torch.float32
+        with torch.autocast(device_type=dev.split(":")[0], dtype=self.dtype, enabled=autocast):
+            out = model(input_ids=ids.to(dev), attention_mask=attn.to(dev), position_ids=pos.to(dev),
+                        logits_to_keep=L + 1, use_cache=False)
+        # [N, L, V] logits predicting the completion, in fp32 before the temperature (as vLLM)
+        logits = out.logits[:, :L, :].float() / self.temperature
+        del out
+        logp, _ = token_logprobs(logits, targets.to(dev))                    # [N, L]
+        ent = None
+        if with_entropy:
+            with torch.no_grad():                                             # a diagnostic: no graph
+                _, ent = token_logprobs(logits.detach(), targets.to(dev), with_entropy=True)
         return logp, ent, cmask.to(dev)
 
     # -- one optimizer step ----------------------------------------------------------------
@@ -254,9 +266,12 @@ class PolicyTrainer:
         sd = self.full_state_dict()
         if self.rank != 0:
             return None
+        tied = bool(getattr(self.model.config, "tie_word_embeddings", False))
         out = []
         for name, t in sd.items():
-            t = t.detach().to("cpu")
+            if tied and name == "lm_head.weight":
+                continue  # the engine ties it to the embedding itself: do not send it twice
+            t = t.detach().to("cpu", dtype=self.dtype)
             if t.dtype == torch.bfloat16:
                 out.append((name, t.view(torch.int16).numpy(), "bfloat16"))
             else:
@@ -274,6 +289,9 @@ class PolicyTrainer:
             torch.save(opt_state, os.path.join(path, f"optimizer_rank{self.rank:03d}.pt"))
             opt_state = None
         if self.rank == 0:
+            if getattr(self.model.config, "tie_word_embeddings", False):
+                # gathered copies are no longer one tensor: keep the checkpoint's tied layout
+                sd = {k: v for k, v in sd.items() if k != "lm_head.weight"}
             self.model.save_pretrained(path, state_dict=sd, safe_serialization=True)
             self.tokenizer.save_pretrained(path)
             gen = os.path.join(self.model_path, "generation_config.json")
