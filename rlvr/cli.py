@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import click
 
-from rlvr.records import RecordError
+from rlvr.records import InputFileError, RecordError
 
 # Named exit codes, documented in every man page (EXIT STATUS).
 EXIT_OK = 0
@@ -84,6 +84,9 @@ def run(cmd: click.Command, prog: str) -> Callable[..., None]:
 
     def main(argv: list[str] | None = None) -> None:
         debug = bool(os.environ.get("RLVR_DEBUG"))
+        if sys.stdout is None:  # started with stdout closed (`>&-`)
+            click.echo(f"{prog}: error: standard output is closed", err=True)
+            sys.exit(EXIT_FAILURE)
         signal.signal(signal.SIGTERM, _sigterm)
         code = EXIT_OK
         try:
@@ -113,6 +116,11 @@ def run(cmd: click.Command, prog: str) -> Callable[..., None]:
                 raise
             err(prog, f"error: {e}")
             code = EXIT_BAD_INPUT
+        except InputFileError as e:
+            if debug:
+                raise
+            err(prog, f"error: {e}")
+            code = EXIT_FAILURE
         except KeyboardInterrupt:
             err(prog, "interrupted")
             code = EXIT_INTERRUPTED

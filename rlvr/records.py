@@ -30,6 +30,10 @@ STATUSES = ("correct", "wrong", "no_answer", "timeout", "error")
 _MSG_ROLES = {"system", "user", "assistant", "tool", "developer"}
 
 
+class InputFileError(OSError):
+    """An input file that cannot be opened or read (missing, a folder, a broken .gz): exit 1."""
+
+
 class RecordError(ValueError):
     """A malformed input line: knows where it is and which field is wrong."""
 
@@ -88,6 +92,8 @@ def check_record(rec: Any) -> tuple[str, str] | None:
             return "prompt", "must be a string or a list of chat messages"
     if "verifier" in rec and rec["verifier"] is not None and rec["verifier"] not in VERIFIERS:
         return "verifier", f"unknown verifier {rec['verifier']!r} (known: {', '.join(VERIFIERS)})"
+    if "stop" in rec and rec["stop"] is not None and not _is_str_list(rec["stop"]):
+        return "stop", "must be a list of strings"
     if "tests" in rec and not _is_str_list(rec["tests"]):
         return "tests", "must be a list of strings"
     for f in ("test_setup", "test", "entry_point", "prefix"):
@@ -145,25 +151,43 @@ def _open(path: str) -> tuple[str, BinaryIO]:
     return path, open(path, "rb")
 
 
+def _lines(fh, name: str):
+    """Numbered lines of an open input; read errors (a folder, a truncated .gz) name the file."""
+    lineno = 0
+    while True:
+        try:
+            raw = fh.readline()
+        except (OSError, EOFError) as e:
+            raise InputFileError(f"{name}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+        if not raw:
+            return
+        lineno += 1
+        yield lineno, raw
+
+
 def read_records(
     paths: Iterable[str] | None = None,
     keep_going: bool = False,
     required: tuple[str, ...] = (),
     validate: bool = True,
+    defer_required: bool = False,
 ) -> Iterator[dict]:
     """Yield records from JSONL files ('-' or none = stdin), in order.
 
     Blank lines are skipped. A malformed line raises RecordError(FILE:LINE ...) unless
-    keep_going, in which case an error record is yielded in its place.
+    keep_going, in which case an error record is yielded in its place. Error records from an
+    upstream stage pass through. defer_required: a record lacking a required field is
+    reported only after the whole input has parsed (a malformed line is reported first).
     """
     paths = list(paths or ["-"]) or ["-"]
+    missing: RecordError | None = None
     for p in paths:
         try:
             name, fh = _open(p)
         except OSError as e:
-            raise RecordError(f"cannot open: {e.strerror or e}", path=p) from None
+            raise InputFileError(f"{p}: cannot open: {e.strerror or e}") from None
         try:
-            for lineno, raw in enumerate(fh, 1):
+            for lineno, raw in _lines(fh, name):
                 if not raw.strip():
                     continue
                 try:
@@ -177,6 +201,11 @@ def read_records(
                 problem = check_record(rec) if validate else None
                 if problem is None and required and not is_error_record(rec):
                     problem = require(rec, *required)
+                    if problem is not None and defer_required and not keep_going:
+                        # a missing field is reported once the whole input has parsed, so
+                        # that a malformed line anywhere is reported first
+                        missing = missing or RecordError(problem[1], name, lineno, problem[0])
+                        continue
                 if problem is not None:
                     field, what = problem
                     err = RecordError(what, name, lineno, field or None)
@@ -188,6 +217,8 @@ def read_records(
         finally:
             if fh is not sys.stdin.buffer:
                 fh.close()
+    if missing is not None:
+        raise missing
 
 
 def dumps(rec: dict) -> bytes:

@@ -75,7 +75,9 @@ def test_bad_field_names_the_field(name):
 @pytest.mark.parametrize("name", RECORD_READERS)
 def test_missing_file_is_a_clear_error(name, tmp_path):
     r = invoke(name, [str(tmp_path / "nope.jsonl")])
-    assert r.code == 3 and "nope.jsonl" in r.stderr and "Traceback" not in r.stderr
+    assert r.code == 1 and "nope.jsonl: cannot open" in r.stderr and "Traceback" not in r.stderr
+    r = invoke(name, [str(tmp_path)])  # a folder
+    assert r.code == 1 and str(tmp_path) in r.stderr and "Traceback" not in r.stderr
 
 
 def test_pipe_closed_early_exits_quietly(tmp_path):

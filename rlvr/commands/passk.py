@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 
 import click
@@ -41,8 +42,10 @@ rlvr-passk --per-prompt verified.jsonl > per_prompt.jsonl
               help="Summary format.")
 def cmd(files, keep_going, ks, threshold, per_prompt, fmt):
     k_list = int_list(ks)
-    if k_list is not None and (not k_list or min(k_list) < 1):
-        raise click.BadParameter("k must be positive integers", param_hint="--k")
+    if k_list is not None and (not k_list or min(k_list) < 1 or max(k_list) > 10**9):
+        raise click.BadParameter("k must be integers from 1 to 1e9", param_hint="--k")
+    if not math.isfinite(threshold):
+        raise click.BadParameter("must be a finite number", param_hint="--threshold")
     acc = PassAtK(k_list)
     seen: set[str] = set()
     dupes = errors = no_samples = 0
@@ -50,6 +53,8 @@ def cmd(files, keep_going, ks, threshold, per_prompt, fmt):
     for rec in read_records(files, keep_going=keep_going, required=("rewards",)):
         if is_error_record(rec):
             errors += 1
+            if out is not None:
+                out.write(rec)  # --per-prompt keeps N records in, N out
             continue
         rid = rec.get("id")
         if rid is not None:

@@ -44,6 +44,8 @@ def _get(row: dict, *names: str):
 
 def _gsm8k(row: dict, i: int, split: str) -> dict:
     ans = _get(row, "answer")
+    if "####" not in str(ans):
+        raise RowError("'answer' has no '#### N' final answer")
     return {"id": f"gsm8k/{split}/{i}", "question": _get(row, "question"), "answer": gsm8k_gold(str(ans))}
 
 

@@ -37,9 +37,12 @@ def _read_file(path: str) -> list[dict]:
             text = fh.read()
         try:
             data = json.loads(text)
-        except json.JSONDecodeError:
+        except json.JSONDecodeError as first:
             # Some ".json" files are really JSON lines.
-            return [json.loads(ln) for ln in text.splitlines() if ln.strip()]
+            try:
+                return [json.loads(ln) for ln in text.splitlines() if ln.strip()]
+            except json.JSONDecodeError:
+                raise SourceError(f"{path}:{first.lineno}: invalid JSON: {first.msg}", code=3) from None
         if isinstance(data, dict):
             for key in ("data", "rows", "examples", "train", "test"):
                 if isinstance(data.get(key), list):

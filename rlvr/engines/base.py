@@ -256,10 +256,11 @@ class Engine:
                         break
                     if item is None:  # the source has nothing right now: go collect results
                         break
-                    handle, ids, seed = item
+                    handle, ids, seed = item[:3]
                     if handle in inflight:
                         raise ValueError(f"request handle {handle!r} is already in flight")
-                    self._submit(handle, ids, seed, sampling)
+                    # an optional 4th element: this request's own sampling (e.g. its stop strings)
+                    self._submit(handle, ids, seed, item[3] if len(item) > 3 else sampling)
                     inflight.add(handle)
                 if not inflight:
                     if exhausted:

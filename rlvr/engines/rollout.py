@@ -21,6 +21,8 @@ selected input in order, so a rerun skips that prefix after checking its ids and
 
 from __future__ import annotations
 
+import dataclasses
+
 import contextlib
 import os
 import random
@@ -31,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from rlvr.engines.base import EngineError, EngineOptions, PromptIds, Result, Sampling, encode_prompt, prompt_seed
-from rlvr.records import RecordError, RecordWriter, is_error_record, read_records
+from rlvr.records import RecordWriter, is_error_record, read_records
 
 CHAT_MODES = ("auto", "on", "off")
 
@@ -74,20 +76,9 @@ def read_prompts(files: Iterable[str], keep_going: bool = False) -> list[dict]:
     well-formed record without a `prompt` is reported, with its FILE:LINE, once the whole
     input has parsed. With keep_going both become error records that pass through.
     """
-    out: list[dict] = []
-    missing: RecordError | None = None
-    for rec in read_records(files, keep_going=True, required=("prompt",)):
-        if is_error_record(rec) and not keep_going:
-            e = rec["error"]
-            err = RecordError(e["message"], e.get("file", "<stdin>"), e.get("line", 0), e.get("field"))
-            if e.get("field") == "prompt" and e["message"] == "required field is missing":
-                missing = missing or err
-                continue
-            raise err
-        out.append(rec)
-    if missing is not None:
-        raise missing
-    return out
+    # Error records from an upstream stage pass through; this input's own malformed lines stop
+    # the read (exit 3) unless keep_going turns them into error records too.
+    return list(read_records(files, keep_going=keep_going, required=("prompt",), defer_required=True))
 
 
 def select(records: list[dict], shard: tuple[int, int] | None = None, shuffle: bool = False,
@@ -242,6 +233,14 @@ def annotate(rec: dict, res: Result, meta: dict, seed: int | None, want_ids: boo
     return out
 
 
+def unusable(rec: dict, meta: dict, status: str, error: str) -> dict:
+    """A record that cannot be generated for keeps its place, with a status saying why."""
+    out = {k: v for k, v in rec.items() if k not in ("rewards", "verdicts")}
+    out.update(completions=[], finish_reasons=[], prompt_tokens=0, completion_tokens=[])
+    out["generation"] = dict(meta, prompt_seed=None, status=status, error=error)
+    return out
+
+
 def too_long(rec: dict, n_tokens: int, limit: int, meta: dict, why: str) -> dict:
     out = {k: v for k, v in rec.items() if k not in ("rewards", "verdicts")}
     out.update(completions=[], finish_reasons=[], prompt_tokens=n_tokens, completion_tokens=[])
@@ -297,7 +296,18 @@ def run(records: list[dict], settings: RolloutSettings, writer: RecordWriter, *,
                     ready[pos] = rec
                     stats.passed += 1
                     continue
-                ids = prompter.ids(rec)
+                try:
+                    ids = prompter.ids(rec)
+                except PromptError:
+                    raise  # a setting that fits no record (e.g. chat messages with the template off)
+                except ValueError as e:  # this record's prompt (e.g. an empty conversation)
+                    ready[pos] = unusable(rec, meta, "bad_prompt", str(e))
+                    stats.too_long += 1
+                    continue
+                if not ids:
+                    ready[pos] = unusable(rec, meta, "empty_prompt", "the prompt has no tokens")
+                    stats.too_long += 1
+                    continue
                 if len(ids) > limit:
                     ready[pos] = too_long(rec, len(ids), limit, meta, why)
                     stats.too_long += 1
@@ -306,7 +316,13 @@ def run(records: list[dict], settings: RolloutSettings, writer: RecordWriter, *,
                 key = rec.get("id")
                 seed = None if sampling.seed is None else prompt_seed(sampling.seed, key if isinstance(key, str) else ids)
                 seeds[pos] = seed
-                yield pos, ids, seed
+                extra = rec.get("stop")
+                if extra:
+                    # the record's own stop strings (e.g. MBPP's [DONE]) join --stop
+                    yield pos, ids, seed, dataclasses.replace(
+                        sampling, stop=tuple(dict.fromkeys(tuple(sampling.stop) + tuple(extra))))
+                else:
+                    yield pos, ids, seed
 
         def flush() -> None:
             nonlocal nxt

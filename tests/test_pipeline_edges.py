@@ -1,0 +1,79 @@
+"""Edges of the pipeline contract: per-record stop strings, prompts that cannot be generated
+for, upstream error records, unreadable inputs, per-prompt pass@k N in -> N out."""
+
+from __future__ import annotations
+
+import gzip
+
+import orjson
+
+from helpers import invoke, jsonl
+
+
+def rollout(model, stdin, *extra):
+    return invoke("rlvr-rollout", ["--engine", "hf", "--model", model, "--max-tokens", "12", "--temperature", "1.0",
+                                   "--dtype", "float32", *extra], stdin)
+
+
+def test_record_stop_strings_apply(tiny_model_dir):
+    free = rollout(tiny_model_dir, jsonl({"id": "a", "prompt": "the answer is"}), "-n", "4")
+    texts = free.records()[0]["completions"]
+    # pick a character the unconstrained samples produce, then make it a record's stop string
+    ch = next(c for t in texts for c in t if c.strip())
+    out = rollout(tiny_model_dir, jsonl({"id": "a", "prompt": "the answer is", "stop": [ch]}), "-n", "4")
+    assert out.code == 0, out.stderr
+    rec = out.records()[0]
+    assert all(ch not in t for t in rec["completions"])
+    assert "stop" in rec["finish_reasons"]
+
+
+def test_unusable_prompts_keep_their_place(tiny_model_dir):
+    recs = [{"id": "a", "prompt": "hi"}, {"id": "b", "prompt": ""}, {"id": "c", "prompt": []}, {"id": "d", "prompt": "yo"}]
+    out = rollout(tiny_model_dir, jsonl(*recs), "--chat-template", "auto")
+    assert out.code == 0, out.stderr
+    got = out.records()
+    assert [r["id"] for r in got] == ["a", "b", "c", "d"]
+    assert got[1]["generation"]["status"] == "empty_prompt" and got[1]["completions"] == []
+    assert got[2]["generation"]["status"] in ("empty_prompt", "bad_prompt")
+    assert got[0]["generation"]["status"] == "ok" and len(got[3]["completions"]) == 1
+
+
+def test_upstream_error_records_pass_through_rollout(tiny_model_dir):
+    err = {"error": {"file": "x.jsonl", "line": 7, "message": "m", "field": "prompt"}}
+    out = rollout(tiny_model_dir, jsonl({"id": "1", "prompt": "a"}, err))
+    assert out.code == 0, out.stderr
+    assert out.records()[1] == err
+
+
+def test_bad_stop_field_is_bad_input():
+    r = invoke("rlvr-passk", [], jsonl({"id": "a", "stop": 5, "rewards": []}))
+    assert r.code == 3 and "(field stop)" in r.stderr
+
+
+def test_broken_gzip_names_the_file(tmp_path):
+    f = tmp_path / "in.jsonl.gz"
+    f.write_bytes(gzip.compress(b'{"id": "a", "rewards": [1]}\n' * 100)[:40])
+    r = invoke("rlvr-passk", [str(f)])
+    assert r.code == 1 and str(f) in r.stderr and "Traceback" not in r.stderr
+
+
+def test_per_prompt_keeps_error_records():
+    r = invoke("rlvr-passk", ["--per-prompt", "--keep-going"], jsonl({"id": "a", "rewards": [1, 0]}) + "oops\n")
+    rows = r.records()
+    assert r.code == 0 and len(rows) == 2 and "error" in rows[1]
+
+
+def test_passk_rejects_non_finite_threshold_and_huge_k():
+    assert invoke("rlvr-passk", ["--threshold", "nan"], jsonl({"id": "a", "rewards": [1]})).code == 2
+    assert invoke("rlvr-passk", ["--k", "99999999999999999999"], jsonl({"id": "a", "rewards": [1]})).code == 2
+
+
+def test_data_bad_json_source_and_gsm8k_without_final_answer(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1,2")
+    r = invoke("rlvr-data", ["gsm8k", "--source", str(bad)])
+    assert r.code == 3 and f"{bad}:1:" in r.stderr
+    g = tmp_path / "g.jsonl"
+    g.write_text(orjson.dumps({"question": "q", "answer": "no final"}).decode() + "\n")
+    r = invoke("rlvr-data", ["gsm8k", "--source", str(g)])
+    assert r.code == 3 and "####" in r.stderr
