@@ -17,6 +17,7 @@ records in always gives N records out.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Iterable, Iterator
 from typing import Any, BinaryIO
@@ -191,8 +192,10 @@ def read_records(
                 if not raw.strip():
                     continue
                 try:
-                    rec = orjson.loads(raw)
-                except orjson.JSONDecodeError as e:
+                    # orjson reads integers beyond 64 bits as floats: such lines go through the
+                    # standard library, which keeps them exact (unknown fields pass untouched)
+                    rec = orjson.loads(raw) if not _BIG_INT.search(raw) else _json_loads_exact(raw)
+                except (orjson.JSONDecodeError, ValueError) as e:
                     err = RecordError(f"invalid JSON: {e.args[0].split(':')[0]}", name, lineno)
                     if not keep_going:
                         raise err from None
@@ -221,9 +224,26 @@ def read_records(
         raise missing
 
 
+_BIG_INT = re.compile(rb"\d{19,}")
+
+
+def _json_loads_exact(raw: bytes):
+    import json
+
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise orjson.JSONDecodeError(e.msg, e.doc, e.pos) from None
+
+
 def dumps(rec: dict) -> bytes:
     """One record as a JSONL line (bytes, newline-terminated)."""
-    return orjson.dumps(rec, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+    try:
+        return orjson.dumps(rec, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+    except TypeError:  # an integer beyond 64 bits: the standard library writes it exactly
+        import json
+
+        return json.dumps(rec, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
 class RecordWriter:

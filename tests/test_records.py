@@ -78,3 +78,12 @@ def test_resumable_output_new_file(tmp_path):
     done, fh = open_resumable(str(tmp_path / "sub" / "o.jsonl"))
     fh.close()
     assert done == []
+
+
+def test_integers_beyond_64_bits_pass_through_exactly(tmp_path):
+    from rlvr.records import dumps
+
+    p = write(tmp_path, '{"id": "a", "h": 123456789012345678901234567890, "n": -9223372036854775809}\n')
+    rec = next(read_records([p]))
+    assert rec["h"] == 123456789012345678901234567890 and rec["n"] == -9223372036854775809
+    assert dumps(rec) == b'{"id":"a","h":123456789012345678901234567890,"n":-9223372036854775809}\n'
