@@ -1432,12 +1432,15 @@ class BackgroundUploader:
     def __init__(self, dest_uri: str, root: str | None = None, *, transfer: S3Transfer | None = None,
                  endpoint_url: str | None = None, workers: int = 4,
                  on_error: Callable[[str, str], None] | None = None,
-                 on_done: Callable[[str, SyncReport], None] | None = None):
+                 on_done: Callable[[str, SyncReport], None] | None = None,
+                 exclude: Iterable[str] = (), last: Iterable[str] = ()):
         self.bucket, self.prefix = parse_uri(dest_uri)
         if self.prefix and not self.prefix.endswith("/"):
             self.prefix += "/"
         self.dest_uri = f"s3://{self.bucket}/{self.prefix}"
         self.root = os.path.abspath(root) if root else None
+        self.exclude = list(exclude)
+        self.last = list(last)
         self._transfer = transfer
         self._endpoint_url = endpoint_url
         self._workers = workers
@@ -1490,7 +1493,14 @@ class BackgroundUploader:
                     t = self._transfer or S3Transfer(endpoint_url=self._endpoint_url, workers=self._workers)
                 dest = self._dest(path)
                 if os.path.isdir(path):
-                    report = push(path, dest if dest.endswith("/") else dest + "/", transfer=t)
+                    d = dest if dest.endswith("/") else dest + "/"
+                    # files matching `last` go up in a second pass, after everything else (e.g.
+                    # a checkpoint's completeness marker after its weights)
+                    report = push(path, d, exclude=self.exclude + self.last, transfer=t)
+                    if self.last and not report.failed:
+                        more = push(path, d, include=self.last, exclude=self.exclude, transfer=t)
+                        report.actions += more.actions
+                        report.failed += more.failed
                     for p, msg in report.failed:
                         self._fail(p, msg)
                 else:

@@ -60,6 +60,7 @@ def test_train_uploads_its_run_folder(s3env, bucket, tmp_path, ray_local):
               "jobs/job1/checkpoints/step_000001/model.safetensors",
               "jobs/job1/checkpoints/step_000002/trainer_state.pt"):
         assert k in keys, k
+    assert not any("/.tmp-" in k for k in keys)  # checkpoints being written never go up
     remote = c.get_object(Bucket=bucket, Key="jobs/job1/traces/trace.jsonl")["Body"].read()
     assert remote == (run_dir / "traces" / "trace.jsonl").read_bytes()
     assert orjson.loads(c.get_object(Bucket=bucket, Key="jobs/job1/run.json")["Body"].read())["status"] == "completed"

@@ -234,7 +234,10 @@ class Run:
         from rlvr.s3 import BackgroundUploader
 
         # s3://bucket/prefix/ + <run folder name>/...: the layout rlvr-s3-sync pull expects.
-        return BackgroundUploader(self.cfg.checkpoint.upload, root=os.path.dirname(os.path.abspath(self.run_dir)))
+        # Checkpoints being written (hidden .tmp-* folders) stay local; a checkpoint's
+        # completeness marker goes up after its weights, so a remote copy is never falsely complete.
+        return BackgroundUploader(self.cfg.checkpoint.upload, root=os.path.dirname(os.path.abspath(self.run_dir)),
+                                  exclude=["*/.tmp-*"], last=["trainer_state.pt"])
 
     def _sampling(self) -> dict:
         r = self.cfg.rollout
