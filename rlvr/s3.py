@@ -174,30 +174,24 @@ def part_size_for(size: int, base: int = DEFAULT_PART_SIZE) -> int:
 
 def file_etag(path: str, size: int, part_size: int | None) -> str:
     """The ETag S3 gives the first `size` bytes of a file: plain MD5, or MD5-of-MD5s-N for parts."""
+    def md5_of(fh, n: int):
+        h = hashlib.md5(usedforsecurity=False)
+        while n > 0:
+            buf = fh.read(min(_READ, n))
+            if not buf:
+                break
+            h.update(buf)
+            n -= len(buf)
+        return h
+
     with open(path, "rb") as fh:
         if part_size is None:
-            h = hashlib.md5(usedforsecurity=False)
-            left = size
-            while left > 0:
-                buf = fh.read(min(_READ, left))
-                if not buf:
-                    break
-                h.update(buf)
-                left -= len(buf)
-            return h.hexdigest()
+            return md5_of(fh, size).hexdigest()
         digests = []
         left = size
         while left > 0:
-            h = hashlib.md5(usedforsecurity=False)
             n = min(part_size, left)
-            todo = n
-            while todo > 0:
-                buf = fh.read(min(_READ, todo))
-                if not buf:
-                    break
-                h.update(buf)
-                todo -= len(buf)
-            digests.append(h.digest())
+            digests.append(md5_of(fh, n).digest())
             left -= n
     return f"{hashlib.md5(b''.join(digests), usedforsecurity=False).hexdigest()}-{len(digests)}"
 

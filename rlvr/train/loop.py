@@ -186,6 +186,7 @@ class Run:
         self.base_path = base
         self._pending_syncs = {}
         self._last_done = {}
+        self._prompt_ids: dict[str, list[int]] = {}
         self.engines = [self._new_engine(model_path) for _ in range(cfg.rollout.num_engines)]
         nodes = ray.get([e.node.remote() for e in self.engines] + [t.node.remote() for t in self.trainers])
         ne = len(self.engines)
@@ -259,6 +260,8 @@ class Run:
 
     def _submit(self, e: int, items) -> Chunk:
         ids = [prompt_token_ids(self.tokenizer, rec["prompt"]) for rec, _ in items]
+        for (rec, _), x in zip(items, ids):
+            self._prompt_ids[rec["id"]] = x  # reused when the batch is built: tokenise once
         seeds = [sample_seed(self.cfg.rollout.seed, rec["id"], ep) for rec, ep in items]
         ref = self.engines[e].generate.remote(ids, self._sampling(), seeds)
         return Chunk(e, ref, items, time.monotonic(), self.engines[e])
@@ -410,7 +413,7 @@ class Run:
             b = Batch([], [], [], [], [])
             lengths, truncated, stale = [], 0, []
             for i, (rec, ep, group, v0, v1) in enumerate(results):
-                pids = prompt_token_ids(self.tokenizer, rec["prompt"])
+                pids = self._prompt_ids.pop(rec["id"], None) or prompt_token_ids(self.tokenizer, rec["prompt"])
                 for j, s in enumerate(group):
                     b.prompt_ids.append(pids)
                     b.completion_ids.append(list(s["token_ids"]))

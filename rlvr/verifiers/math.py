@@ -297,18 +297,9 @@ def _digits(x: Fraction) -> float:
     return n.bit_length() * 0.30103
 
 
-class _Arith:
-    """Exact value of + - * / ^ \\frac \\cdot \\times \\div ( ) { } over number literals.
-
-    Anything else (letters, implicit products, \\sqrt) raises _NotNumeric so the caller
-    falls back to sympy. ``inexact`` is set when a decimal literal took part.
-    """
-
-    def __init__(self, s: str):
-        self.t = _tokens(s)
-        self.i = 0
-        self.inexact = False
-        self.depth = 0
+class _Cursor:
+    """Token cursor and the sum level shared by the exact and the approximate parsers;
+    subclasses set self.t, self.i and define term()."""
 
     def peek(self):
         return self.t[self.i] if self.i < len(self.t) else None
@@ -320,19 +311,33 @@ class _Arith:
         self.i += 1
         return cur
 
-    def parse(self) -> Fraction:
+    def parse(self):
         v = self.expr()
         if self.i != len(self.t):
             raise _NotNumeric
         return v
 
-    def expr(self) -> Fraction:
+    def expr(self):
         v = self.term()
         while self.peek() in ("+", "-"):
             op = self.take()
             w = self.term()
             v = v + w if op == "+" else v - w
         return v
+
+
+class _Arith(_Cursor):
+    """Exact value of + - * / ^ \\frac \\cdot \\times \\div ( ) { } over number literals.
+
+    Anything else (letters, implicit products, \\sqrt) raises _NotNumeric so the caller
+    falls back to sympy. ``inexact`` is set when a decimal literal took part.
+    """
+
+    def __init__(self, s: str):
+        self.t = _tokens(s)
+        self.i = 0
+        self.inexact = False
+        self.depth = 0
 
     def term(self) -> Fraction:
         v = self.unary()
@@ -439,37 +444,13 @@ _ATOK = re.compile(r"\s*(\d+\.\d*|\.\d+|\d+|\\frac|\\sqrt|\\pi(?![a-zA-Z])|\\inf
 _REFUSED_LETTERS = set("eEiIdDfgh")  # Euler's e, the imaginary unit, d in dx, function names
 
 
-class _Approx:
+class _Approx(_Cursor):
     """Float value of a LaTeX expression in numbers, single-letter variables (bound to
     fixed values), \\pi, \\sqrt, \\frac, + - * / ^ and implicit products. Raises
     _NotNumeric for anything it is not sure to read as sympy would."""
 
     def __init__(self, toks: list[str]):
         self.t, self.i, self.depth = toks, 0, 0
-
-    def peek(self):
-        return self.t[self.i] if self.i < len(self.t) else None
-
-    def take(self, tok=None):
-        cur = self.peek()
-        if cur is None or (tok is not None and cur != tok):
-            raise _NotNumeric
-        self.i += 1
-        return cur
-
-    def parse(self) -> float:
-        v = self.expr()
-        if self.i != len(self.t):
-            raise _NotNumeric
-        return v
-
-    def expr(self) -> float:
-        v = self.term()
-        while self.peek() in ("+", "-"):
-            op = self.take()
-            w = self.term()
-            v = v + w if op == "+" else v - w
-        return v
 
     def term(self) -> float:
         v = self.signed()
