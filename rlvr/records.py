@@ -16,10 +16,11 @@ records in always gives N records out.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, BinaryIO
 
 import orjson
@@ -73,8 +74,9 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def check_record(rec: Any) -> tuple[str, str] | None:
-    """Return (field, problem) for the first contract violation in rec, or None."""
+def check_record(rec: Any, replaced: tuple[str, ...] = ()) -> tuple[str, str] | None:
+    """Return (field, problem) for the first contract violation in rec, or None. Fields in
+    `replaced` are not looked at (the reading stage overwrites them, e.g. stale rewards)."""
     if not isinstance(rec, dict):
         return "", f"expected a JSON object, got {type(rec).__name__}"
     if "id" in rec and not isinstance(rec["id"], str):
@@ -114,13 +116,13 @@ def check_record(rec: Any) -> tuple[str, str] | None:
         if not _is_str_list(rec["completions"]):
             return "completions", "must be a list of strings"
         n = len(rec["completions"])
-    if "rewards" in rec:
+    if "rewards" in rec and "rewards" not in replaced:
         r = rec["rewards"]
         if not (isinstance(r, list) and all(_is_number(x) for x in r)):
             return "rewards", "must be a list of numbers"
         if n is not None and len(r) != n:
             return "rewards", f"has {len(r)} entries for {n} completions"
-    if "verdicts" in rec:
+    if "verdicts" in rec and "verdicts" not in replaced:
         v = rec["verdicts"]
         if not isinstance(v, list):
             return "verdicts", "must be a list of objects"
@@ -172,6 +174,8 @@ def read_records(
     required: tuple[str, ...] = (),
     validate: bool = True,
     defer_required: bool = False,
+    check: Callable[[dict], tuple[str, str] | None] | None = None,
+    replaced: tuple[str, ...] = (),
 ) -> Iterator[dict]:
     """Yield records from JSONL files ('-' or none = stdin), in order.
 
@@ -179,6 +183,8 @@ def read_records(
     keep_going, in which case an error record is yielded in its place. Error records from an
     upstream stage pass through. defer_required: a record lacking a required field is
     reported only after the whole input has parsed (a malformed line is reported first).
+    check: a caller's own test of each record, (field, problem) or None, reported like a
+    malformed line. replaced: fields this stage overwrites, not validated.
     """
     paths = list(paths or ["-"]) or ["-"]
     missing: RecordError | None = None
@@ -201,7 +207,7 @@ def read_records(
                         raise err from None
                     yield err.as_record(raw)
                     continue
-                problem = check_record(rec) if validate else None
+                problem = check_record(rec, replaced) if validate else None
                 if problem is None and required and not is_error_record(rec):
                     problem = require(rec, *required)
                     if problem is not None and defer_required and not keep_going:
@@ -209,6 +215,8 @@ def read_records(
                         # that a malformed line anywhere is reported first
                         missing = missing or RecordError(problem[1], name, lineno, problem[0])
                         continue
+                if problem is None and check is not None and not is_error_record(rec):
+                    problem = check(rec)
                 if problem is not None:
                     field, what = problem
                     err = RecordError(what, name, lineno, field or None)
@@ -312,8 +320,13 @@ def atomic_write(path: str, data: bytes) -> None:
     d = os.path.dirname(os.path.abspath(path)) or "."
     os.makedirs(d, exist_ok=True)
     tmp = os.path.join(d, f".{os.path.basename(path)}.tmp{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

@@ -184,6 +184,13 @@ def test_a_module_that_fails_to_import_gives_error_verdicts(probe_dir):
     assert [v["status"] for v in out[0]["verdicts"]] == ["error", "error"]
     assert "needs a missing library" in out[0]["verdicts"][0]["error"]
     assert out[1]["rewards"] == [1.0]
+    assert "needs a missing library" in p.unavailable["broken"] and list(p.unavailable) == ["broken"]
+
+
+def test_a_memory_limit_too_small_to_load_a_verifier_fails_clearly():
+    r = invoke("rlvr-verify", ["-j", "1", "--memory-limit", "40"], jsonl(MATH[0]))
+    assert r.code == 1 and not r.stdout
+    assert "cannot load within the worker memory limit of 40 MB" in r.stderr and "--memory-limit" in r.stderr
 
 
 def test_memory_stays_bounded_by_the_window(probe_dir):
@@ -410,6 +417,43 @@ def test_cli_missing_completions_is_exit_3_after_the_records_before_it():
     assert r.code == 3
     assert r.stderr.strip().splitlines()[-1] == "rlvr-verify: error: <stdin>:2: required field is missing (field completions)"
     assert [x["id"] for x in r.records()] == ["a"]
+
+
+@pytest.mark.parametrize("bad,field,words", [
+    ({"verifier": "math"}, "answer", "required field is missing"),
+    ({"verifier": "math", "answer": {"x": 7}}, "answer", "must be a number or a string"),
+    ({"verifier": "mathz", "answer": "7"}, "verifier", "unknown verifier 'mathz'"),
+    ({"verifier": "code", "test": "assert f() == 1"}, "entry_point", "needs `entry_point`"),
+    ({"verifier": "code"}, "tests", "no tests"),
+    ({"verifier": "ifeval", "instruction_id_list": ["nope:x"], "kwargs": [{}]}, "instruction_id_list", "unknown ifeval"),
+    ({"verifier": "ifeval", "instruction_id_list": "punctuation:no_comma"}, "instruction_id_list", "must be a list"),
+    ({"verifier": "ifbench", "instruction_id_list": ["count:word_count_range"], "kwargs": [{"bogus": 1}]}, "kwargs",
+     "unexpected keyword argument 'bogus'"),
+])
+def test_cli_records_that_cannot_be_graded_are_bad_input_at_their_line(bad, field, words):
+    rec = {"id": "x", "completions": ["7"], **bad}
+    r = invoke("rlvr-verify", ["-j", "1"], jsonl(MATH[0], rec, MATH[1]))
+    assert r.code == 3, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("rlvr-verify: error: <stdin>:2: ") and words in last and last.endswith(f"(field {field})")
+    assert [x["id"] for x in r.records()] == ["a"]
+    r = invoke("rlvr-verify", ["-j", "1", "--keep-going"], jsonl(MATH[0], rec, MATH[1]))   # N in, N out
+    out = r.records()
+    assert r.code == 0 and len(out) == 3 and out[1]["error"]["field"] == field and out[2]["rewards"] == [1.0]
+    if field not in ("verifier",) and "must be a list" not in words:  # (those break the record contract itself)
+        # a record with nothing to grade is not checked against its verifier
+        assert invoke("rlvr-verify", ["-j", "1"], jsonl({**rec, "completions": []})).code == 0
+
+
+def test_cli_reverifies_records_whose_old_rewards_no_longer_match():
+    # completions re-rolled since the last verification: old rewards/verdicts are replaced
+    stale = {**MATH[1], "rewards": [1.0, 0.0, 0.0], "verdicts": [{"status": "correct"}]}
+    r = invoke("rlvr-verify", ["-j", "1"], jsonl(stale))
+    assert r.code == 0, r.stderr
+    out = r.records()[0]
+    assert out["rewards"] == [1.0] and len(out["verdicts"]) == 1
+    # elsewhere the mismatch is still bad input
+    assert invoke("rlvr-passk", [], jsonl(stale)).code == 3
 
 
 def test_cli_keep_going_passes_error_records_through():

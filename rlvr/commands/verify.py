@@ -7,7 +7,7 @@ import sys
 import click
 import orjson
 
-from rlvr.cli import ConfigError, Failure, input_options, progress_option, run, warn, with_examples
+from rlvr.cli import ConfigError, Failure, check_output_file, input_options, progress_option, run, warn, with_examples
 from rlvr.cli import progress as progress_bar
 from rlvr.records import RecordWriter, atomic_write, read_records
 from rlvr.verifiers import MODULES
@@ -30,10 +30,14 @@ HELP = with_examples(
     lm-evaluation-harness's GSM8K filters and scoring), math.last_number (fall back to the
     last number in the text; default true), code.timeout (CPU seconds per program,
     default 5), code.wall_timeout, code.memory_mb (default 1024), code.sandbox (auto,
-    bwrap, process), ifeval.loose, ifeval.strip_think (docs/verify.md lists them all). A
-    wrong answer is data: the exit status
-    stays 0; so is a record that names no verifier (its verdicts are errors, with a
-    warning). Records read before a malformed line are written before exiting with 3.
+    bwrap, process), ifeval.loose, ifeval.strip_think (docs/verify.md lists them all).
+
+    A wrong answer is data: the exit status stays 0; so is a record that names no
+    verifier (its verdicts are errors, with a warning). A record that cannot be graded
+    whatever its completions say (an unknown verifier, no or a malformed `answer`,
+    unusable tests, instructions that cannot be built) is bad input, reported at its
+    FILE:LINE with the field, like a malformed line: records read before it are written
+    before exiting with 3; --keep-going writes an error record in its place.
     """,
     """
 rlvr-verify rollouts.jsonl > verified.jsonl
@@ -111,6 +115,8 @@ def cmd(files, keep_going, verifier, jobs, timeout, reward_table, reward_mode, s
     from rlvr.verifiers.rewards import RewardTable
     from rlvr.verifiers.summary import Summary, format_text
 
+    if summary and summary != "-":
+        check_output_file(summary, "--summary")
     try:
         table = RewardTable.parse(reward_table, reward_mode)
         pool = VerifierPool(jobs=jobs, timeout=_parse_timeout(timeout), config=_parse_sets(sets),
@@ -118,7 +124,11 @@ def cmd(files, keep_going, verifier, jobs, timeout, reward_table, reward_mode, s
     except ValueError as e:
         raise ConfigError(str(e)) from None
     acc = Summary() if summary else None
-    records = read_records(files, keep_going=keep_going, required=("completions",))
+    # A record whose reference fields its verifier rejects (no answer, unusable tests) is bad
+    # input: reported at its FILE:LINE like a malformed line (an error record with --keep-going).
+    # Old rewards and verdicts (completions re-rolled since) are replaced, not checked.
+    records = read_records(files, keep_going=keep_going, required=("completions",), check=pool.check_record,
+                           replaced=("rewards", "verdicts"))
     unnamed = 0
     try:
         with pool, RecordWriter(sys.stdout.buffer) as out:
@@ -130,6 +140,8 @@ def cmd(files, keep_going, verifier, jobs, timeout, reward_table, reward_mode, s
                     unnamed += 1
     except WorkerStartError as e:
         raise Failure(str(e)) from None
+    for name, why in pool.unavailable.items():
+        warn(f"verifier {name!r} is not available here, its verdicts are errors: {why}", "rlvr-verify")
     if unnamed:
         warn(f"{unnamed} record(s) name no verifier: their verdicts are errors (use --verifier NAME)", "rlvr-verify")
     if acc is not None:

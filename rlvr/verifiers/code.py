@@ -196,6 +196,16 @@ def build_program(record: dict, completion: str) -> tuple[str, str, str]:
 # --------------------------------------------------------------------------- verify
 
 
+def check_record(record: dict) -> tuple[str, str] | None:
+    """(field, problem) when the record's tests cannot be graded whatever the completion."""
+    try:
+        grading.plan_for(record)
+    except grading.PlanError as e:
+        field = "tests" if record.get("tests") or not record.get("test") else "entry_point"
+        return field, f"unusable tests: {e}"
+    return None
+
+
 def verify(record: dict, completion: str, config: dict) -> dict:
     """Run the completion's code against the record's tests in the sandbox; return a verdict."""
     config = config or {}

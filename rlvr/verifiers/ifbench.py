@@ -25,6 +25,11 @@ def warmup() -> None:
     if_checks.warmup()
 
 
+def check_record(record: dict) -> tuple[str, str] | None:
+    """(field, problem) when the record's instructions cannot be built."""
+    return if_checks.check_record("ifbench", record)
+
+
 def verify(record: dict, completion: str, config: dict | None = None) -> dict:
     """Verdict for one completion of an IFBench record."""
     return if_checks.verify("ifbench", record, completion, config)

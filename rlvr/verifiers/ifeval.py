@@ -31,6 +31,11 @@ def warmup() -> None:
     if_checks.warmup()
 
 
+def check_record(record: dict) -> tuple[str, str] | None:
+    """(field, problem) when the record's instructions cannot be built."""
+    return if_checks.check_record("ifeval" if record.get("verifier") == "ifeval" else "if_multi", record)
+
+
 def verify(record: dict, completion: str, config: dict | None = None) -> dict:
     """Verdict for one completion; ``verifier: ifeval`` records get IFEval's registry only."""
     registry = "ifeval" if record.get("verifier") == "ifeval" else "if_multi"

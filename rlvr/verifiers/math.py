@@ -783,6 +783,17 @@ def equivalent(gold: str, pred: str, max_symbolic_chars: int = 1000) -> tuple[bo
     return _symbolic_equal(g, p), "symbolic"
 
 
+def check_record(record: dict) -> tuple[str, str] | None:
+    """(field, problem) when the record cannot be graded whatever the completion says."""
+    if record.get("answer") is None:
+        return "answer", "required field is missing"
+    try:
+        gold_answer(record["answer"])
+    except ValueError as e:
+        return "answer", str(e)
+    return None
+
+
 def verify(record: dict, completion: str, config: dict) -> dict:
     """Grade one completion against record["answer"] (see the module docstring)."""
     if "answer" not in record or record["answer"] is None:

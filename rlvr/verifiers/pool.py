@@ -40,6 +40,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 import orjson
 
@@ -285,6 +286,7 @@ class VerifierPool:
         if verifier is not None and verifier not in self.modules:
             raise ValueError(f"unknown verifier {verifier!r} (known: {', '.join(sorted(self.modules))})")
         self.force = verifier
+        self._record_checks: dict[str, Any] = {}
         self.timeouts = self._timeouts(timeout)
         self.config = normalize_config(config, self.modules)
         self._check_config()
@@ -335,6 +337,34 @@ class VerifierPool:
             check = getattr(mod, "check_config", None)
             if check is not None:
                 check(opts)
+
+    @property
+    def unavailable(self) -> dict[str, str]:
+        """{verifier name: why} for verifiers whose module failed to load in a worker."""
+        return dict(self._unavailable)
+
+    def check_record(self, rec: dict) -> tuple[str, str] | None:
+        """(field, problem) when a record with completions cannot be graded whatever they say:
+        an unknown verifier, or reference fields its verifier rejects (the module's optional
+        ``check_record``). For callers that report bad input at its FILE:LINE (rlvr-verify);
+        the pool itself turns the same problems into error verdicts."""
+        if not isinstance(rec, dict) or is_error_record(rec) or not rec.get("completions"):
+            return None
+        name = self.force or rec.get("verifier")
+        if not name:
+            return None  # reported once for the whole input (use --verifier)
+        if name not in self.modules:
+            return "verifier", f"unknown verifier {name!r} (known: {', '.join(sorted(self.modules))})"
+        check = self._record_checks.get(name, False)
+        if check is False:
+            import importlib
+
+            try:
+                check = getattr(importlib.import_module(self.modules[name]), "check_record", None)
+            except ImportError:
+                check = None  # unavailable here: the worker's verdict says why
+            self._record_checks[name] = check
+        return check(rec) if check is not None else None
 
     def timeout_for(self, name: str, module_default: float | None = None) -> float:
         """The per-verification timeout of a verifier: the caller's, else the module's
@@ -692,6 +722,9 @@ class VerifierPool:
         if op == "begin":
             w.ready = t.begun = True
             if msg.get("error"):
+                if self.memory_mb and "MemoryError" in msg["error"]:
+                    raise WorkerStartError(f"verifier {t.name!r} cannot load within the worker memory limit of "
+                                           f"{self.memory_mb} MB (MemoryError): raise it (--memory-limit; 0 = none)")
                 self._unavailable[t.name] = msg["error"]
                 self._fail(t.targets[t.done:], msg["error"])
                 w.tasks.popleft()

@@ -87,6 +87,27 @@ def _check(checker, text: str, errors: list[str], index: int) -> bool:
         return False
 
 
+def check_record(name: str, record: dict) -> tuple[str, str] | None:
+    """(field, problem) when the record's instructions cannot be built (registry `name`)."""
+    ids = record.get("instruction_id_list")
+    if not isinstance(ids, list) or not all(isinstance(x, str) for x in ids):
+        return "instruction_id_list", "must be a list of instruction ids"
+    kwargs = record.get("kwargs")
+    if kwargs is not None and not isinstance(kwargs, list):
+        return "kwargs", "must be a list of objects, one per instruction"
+    try:
+        if not ids:
+            raise GroundTruthError("instruction_id_list is empty")
+        kwargs = list(kwargs) if kwargs is not None else [None] * len(ids)
+        if len(kwargs) != len(ids):
+            return "kwargs", f"has {len(kwargs)} entries for {len(ids)} instructions"
+        for i, (iid, kw) in enumerate(zip(ids, kwargs)):
+            build(name, i, iid, kw)
+    except GroundTruthError as e:
+        return ("kwargs" if "kwargs" in str(e) else "instruction_id_list"), str(e)
+    return None
+
+
 def evaluate(name: str, instruction_ids: list[str], kwargs: list[dict | None] | None,
              response: str) -> tuple[list[bool], list[bool], list[str]]:
     """(strict, loose, errors) for one response; raises GroundTruthError on bad ground truth."""
