@@ -57,6 +57,22 @@ class ConfigError(Failure):
         super().__init__(message, EXIT_USAGE)
 
 
+def check_output_file(path: str, option: str) -> None:
+    """Fail before any work when a file to be written later cannot be: a folder, or a file
+    in a folder that does not exist (nothing is created on the user's behalf)."""
+    if os.path.isdir(path):
+        raise ConfigError(f"{option}: {path} is a folder, not a file")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise ConfigError(f"{option}: folder {os.path.dirname(path) or parent} does not exist")
+
+
+def check_output_dir(path: str, what: str) -> None:
+    """Fail before any work when a folder to write into is an existing file."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ConfigError(f"{what} {path} is a file, not a folder")
+
+
 def err(prog: str, message: str) -> None:
     click.echo(f"{prog}: {message}", err=True)
 

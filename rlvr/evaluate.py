@@ -377,8 +377,10 @@ def results_table(out_root: str, fmt: str = "markdown") -> str:
         return buf.getvalue()
     if fmt != "markdown":
         raise ValueError(f"unknown table format {fmt!r}")
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * len(cols)) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in body]
+    from rlvr.textutil import md_cell
+
+    lines = ["| " + " | ".join(map(md_cell, header)) + " |", "|" + "|".join(["---"] + ["---:"] * len(cols)) + "|"]
+    lines += ["| " + " | ".join(map(md_cell, r)) + " |" for r in body]
     return "\n".join(lines) + "\n"
 
 

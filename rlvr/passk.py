@@ -104,6 +104,8 @@ class PassAtK:
 
 def summary_table(summary: dict, fmt: str) -> str:
     """A pass@k summary as a Markdown or CSV table: one row overall, one per dataset."""
+    from rlvr.textutil import md_cell
+
     ks = summary["k"]
     cols = ["dataset", "n_prompts"] + [f"pass@{k}" for k in ks]
     rows = [("all", summary)] + list(summary.get("per_dataset", {}).items())
@@ -120,7 +122,7 @@ def summary_table(summary: dict, fmt: str) -> str:
         lines.append("| " + " | ".join(cols) + " |")
         lines.append("|" + "|".join("---" for _ in cols) + "|")
         for name, s in rows:
-            lines.append("| " + " | ".join([name, cell(s["n_prompts"])] + [cell(s.get(f"pass@{k}")) for k in ks]) + " |")
+            lines.append("| " + " | ".join([md_cell(name), cell(s["n_prompts"])] + [cell(s.get(f"pass@{k}")) for k in ks]) + " |")
     elif fmt == "csv":
         import csv
         import io

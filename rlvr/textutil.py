@@ -42,3 +42,8 @@ def gsm8k_gold(answer: str) -> str:
     """The number after '####' in a GSM8K solution, without thousands separators."""
     tail = answer.rsplit("####", 1)[-1].strip()
     return tail.replace(",", "").replace("$", "").strip()
+
+
+def md_cell(text: str) -> str:
+    """A markdown table cell: pipes escaped, line breaks folded (names come from user data)."""
+    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")

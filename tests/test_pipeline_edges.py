@@ -77,3 +77,34 @@ def test_data_bad_json_source_and_gsm8k_without_final_answer(tmp_path):
     g.write_text(orjson.dumps({"question": "q", "answer": "no final"}).decode() + "\n")
     r = invoke("rlvr-data", ["gsm8k", "--source", str(g)])
     assert r.code == 3 and "####" in r.stderr
+
+
+def test_output_paths_that_cannot_be_written_fail_before_any_work(tmp_path):
+    rec = jsonl({"id": "a", "completions": ["#### 7"], "answer": "7", "verifier": "math"})
+    for path, words in ((tmp_path, "is a folder"), (tmp_path / "no" / "s.json", "does not exist")):
+        r = invoke("rlvr-verify", [f"--summary={path}"], rec)
+        assert r.code == 2 and words in r.stderr and not r.stdout, r.stderr
+    assert not (tmp_path / "no").exists() and not list(tmp_path.iterdir())   # nothing created, no temp file left
+    r = invoke("rlvr-plot", [str(tmp_path), "-o", str(tmp_path / "no" / "x.png")])
+    assert r.code == 2 and "does not exist" in r.stderr
+    r = invoke("rlvr-rollout", ["--model", "m", "--output", str(tmp_path / "no" / "o.jsonl")], jsonl({"id": "a", "prompt": "x"}))
+    assert r.code == 2 and "does not exist" in r.stderr
+    f = tmp_path / "file"
+    f.write_text("x")
+    r = invoke("rlvr-eval", ["ckpt", str(f), "--benchmark", "toy"])
+    assert r.code == 2 and "is a file, not a folder" in r.stderr
+
+
+def test_eval_table_of_a_missing_folder_fails_and_names_with_pipes_stay_cells(tmp_path):
+    r = invoke("rlvr-eval", ["--table", str(tmp_path / "nope")])
+    assert r.code == 2 and "is not a folder" in r.stderr
+    r = invoke("rlvr-eval", ["--table", str(tmp_path)])
+    assert r.code == 0 and "no evaluation summaries" in r.stderr
+    recs = [{"id": "a", "dataset": "x|y", "rewards": [1, 0]}, {"id": "b", "dataset": "z", "rewards": [0, 0]}]
+    r = invoke("rlvr-passk", ["--format", "markdown"], jsonl(*recs))
+    assert r.code == 0, r.stderr
+    rows = [ln for ln in r.stdout.splitlines() if ln.startswith("| x")]
+    assert rows == [rows[0]] and "x\\|y" in rows[0]
+    # every row has as many unescaped cell separators as the header
+    seps = [len(ln.replace("\\|", "")) - len(ln.replace("\\|", "").replace("|", "")) for ln in r.stdout.splitlines()]
+    assert len(set(seps)) == 1

@@ -9,7 +9,7 @@ import sys
 import click
 import orjson
 
-from rlvr.cli import ConfigError, Failure, parse_shard, run, warn, with_examples
+from rlvr.cli import ConfigError, Failure, check_output_dir, parse_shard, run, warn, with_examples
 
 HELP = with_examples(
     """Evaluate checkpoints with canonical settings.
@@ -92,11 +92,17 @@ def cmd(paths, benchmarks, gpu, gpus, pass_at_k, pattern, interval, once, idle_e
     if table:
         if len(paths) != 1:
             raise click.UsageError("--table takes one OUT_DIR")
-        sys.stdout.write(ev.results_table(paths[0], fmt))
+        if not os.path.isdir(paths[0]):
+            raise ConfigError(f"--table: {paths[0]} is not a folder")
+        text = ev.results_table(paths[0], fmt)
+        if text.count("\n") <= (1 if fmt == "csv" else 2):
+            warn(f"no evaluation summaries under {paths[0]}", "rlvr-eval")
+        sys.stdout.write(text)
         return
     want = 1 if pattern else 2
     if len(paths) != want:
         raise click.UsageError("expected --watch GLOB OUT_DIR" if pattern else "expected CKPT OUT_DIR")
+    check_output_dir(paths[-1], "OUT_DIR")
     benchmarks = list(dict.fromkeys(benchmarks))
     if not benchmarks:
         raise click.UsageError("give at least one --benchmark")

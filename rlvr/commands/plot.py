@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from rlvr.cli import run, with_examples
+from rlvr.cli import check_output_file, run, with_examples
 
 HELP = with_examples(
     """Plot reward against samples and against wall time for one or more run folders.
@@ -30,6 +30,7 @@ rlvr-plot results/run --metric entropy -o entropy.png
 def cmd(run_dirs, output, labels, metric, smooth, title):
     from rlvr.plot import plot_runs
 
+    check_output_file(output, "--output")
     click.echo(plot_runs(list(run_dirs), output, list(labels), metric, smooth, title))
 
 

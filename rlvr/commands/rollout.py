@@ -6,8 +6,8 @@ import functools
 
 import click
 
-from rlvr.cli import (ConfigError, Failure, input_options, progress_option, run, shard_callback, warn,
-                      with_examples)
+from rlvr.cli import (ConfigError, Failure, check_output_file, input_options, progress_option, run, shard_callback,
+                      warn, with_examples)
 from rlvr.records import RecordWriter
 
 HELP = with_examples(
@@ -108,6 +108,8 @@ def cmd(files, keep_going, model, engine, n, temperature, top_p, top_k, max_toke
     records = select(read_prompts(files, keep_going), shard, shuffle, seed)
     if records and not model:
         raise ConfigError("--model is required (or set RLVR_MODEL)")
+    if output:
+        check_output_file(output, "--output")
     say = functools.partial(warn, prog="rlvr-rollout")
     try:
         if output:

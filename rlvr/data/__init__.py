@@ -187,13 +187,19 @@ def read_order(path: str) -> list[tuple[str, int]]:
 
 
 def apply_order(recs: list[dict], order: list[tuple[str, int]], path: str = "order") -> list[dict]:
-    """The records named by an order file, in its order (a curriculum). Unknown ids fail."""
+    """The records named by an order file, in its order (a curriculum). Unknown ids fail, and
+    so does an id listed twice (two records with one id would collide wherever records are
+    keyed by id: resumed rollouts, pass@k groups; repeat a curriculum with epochs instead)."""
     from rlvr.records import RecordError
 
     by_id = {r["id"]: r for r in recs}
     out = []
+    seen: dict[str, int] = {}
     for rid, line in order:
         if rid not in by_id:
             raise RecordError(f"unknown prompt id {rid!r}", path, line, "id")
+        if rid in seen:
+            raise RecordError(f"prompt id {rid!r} is listed twice (first on line {seen[rid]})", path, line, "id")
+        seen[rid] = line
         out.append(by_id[rid])
     return out
