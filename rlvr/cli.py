@@ -58,13 +58,15 @@ class ConfigError(Failure):
 
 
 def check_output_file(path: str, option: str) -> None:
-    """Fail before any work when a file to be written later cannot be: a folder, or a file
-    in a folder that does not exist (nothing is created on the user's behalf)."""
+    """Fail before any work when a file to be written later cannot be: the path is a
+    folder, or a part of it is a file. Missing folders are fine (the writer creates them)."""
     if os.path.isdir(path):
         raise ConfigError(f"{option}: {path} is a folder, not a file")
     parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
     if not os.path.isdir(parent):
-        raise ConfigError(f"{option}: folder {os.path.dirname(path) or parent} does not exist")
+        raise ConfigError(f"{option}: cannot write {path}: {parent} is a file, not a folder")
 
 
 def check_output_dir(path: str, what: str) -> None:

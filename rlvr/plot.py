@@ -71,6 +71,7 @@ def plot_runs(run_dirs: list[str], out: str, labels: list[str] | None = None, me
     if title:
         fig.suptitle(title)
     fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     fig.savefig(out, dpi=120)
     plt.close(fig)
     return out

@@ -70,3 +70,17 @@ def test_parse_set():
     assert parse_set("a=hello") == {"a": "hello"}
     with pytest.raises(ConfigError):
         parse_set("novalue")
+
+
+def test_training_curriculum_may_repeat_prompts_and_unknown_ids_fail_at_once(tmp_path):
+    from rlvr.records import RecordError
+    from rlvr.train.config import DataConfig
+    from rlvr.train.stream import PromptStream
+
+    order = tmp_path / "order.txt"
+    order.write_text("toy/train/3\ntoy/train/1\ntoy/train/3\n")   # a hard prompt twice
+    stream = PromptStream(DataConfig(dataset="toy", order=str(order), epochs=2))
+    assert [r["id"] for r, _ in stream.batch(0, 4)] == ["toy/train/3", "toy/train/1", "toy/train/3", "toy/train/3"]
+    order.write_text("toy/train/3\nnope\n")
+    with pytest.raises(RecordError, match="unknown prompt id 'nope'"):
+        PromptStream(DataConfig(dataset="toy", order=str(order)))   # before any engine starts

@@ -81,18 +81,21 @@ def test_data_bad_json_source_and_gsm8k_without_final_answer(tmp_path):
 
 def test_output_paths_that_cannot_be_written_fail_before_any_work(tmp_path):
     rec = jsonl({"id": "a", "completions": ["#### 7"], "answer": "7", "verifier": "math"})
-    for path, words in ((tmp_path, "is a folder"), (tmp_path / "no" / "s.json", "does not exist")):
-        r = invoke("rlvr-verify", [f"--summary={path}"], rec)
-        assert r.code == 2 and words in r.stderr and not r.stdout, r.stderr
-    assert not (tmp_path / "no").exists() and not list(tmp_path.iterdir())   # nothing created, no temp file left
-    r = invoke("rlvr-plot", [str(tmp_path), "-o", str(tmp_path / "no" / "x.png")])
-    assert r.code == 2 and "does not exist" in r.stderr
-    r = invoke("rlvr-rollout", ["--model", "m", "--output", str(tmp_path / "no" / "o.jsonl")], jsonl({"id": "a", "prompt": "x"}))
-    assert r.code == 2 and "does not exist" in r.stderr
     f = tmp_path / "file"
     f.write_text("x")
+    for path, words in ((tmp_path, "is a folder"), (f / "s.json", "is a file, not a folder")):
+        r = invoke("rlvr-verify", [f"--summary={path}"], rec)
+        assert r.code == 2 and words in r.stderr and not r.stdout, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]   # nothing created, no temp file left
+    r = invoke("rlvr-plot", [str(tmp_path), "-o", str(f / "x.png")])
+    assert r.code == 2 and "is a file, not a folder" in r.stderr
+    r = invoke("rlvr-rollout", ["--model", "m", "--output", str(f / "sub" / "o.jsonl")], jsonl({"id": "a", "prompt": "x"}))
+    assert r.code == 2 and "is a file, not a folder" in r.stderr
     r = invoke("rlvr-eval", ["ckpt", str(f), "--benchmark", "toy"])
     assert r.code == 2 and "is a file, not a folder" in r.stderr
+    # a missing folder is made, as before
+    r = invoke("rlvr-verify", [f"--summary={tmp_path / 'new' / 'deeper' / 's.json'}"], rec)
+    assert r.code == 0 and orjson.loads((tmp_path / "new" / "deeper" / "s.json").read_bytes())["all"]["records"] == 1
 
 
 def test_eval_table_of_a_missing_folder_fails_and_names_with_pipes_stay_cells(tmp_path):

@@ -425,6 +425,7 @@ def test_cli_missing_completions_is_exit_3_after_the_records_before_it():
     ({"verifier": "mathz", "answer": "7"}, "verifier", "unknown verifier 'mathz'"),
     ({"verifier": "code", "test": "assert f() == 1"}, "entry_point", "needs `entry_point`"),
     ({"verifier": "code"}, "tests", "no tests"),
+    ({"verifier": "code", "test": "def check(:", "entry_point": "f"}, "test", "unusable tests"),
     ({"verifier": "ifeval", "instruction_id_list": ["nope:x"], "kwargs": [{}]}, "instruction_id_list", "unknown ifeval"),
     ({"verifier": "ifeval", "instruction_id_list": "punctuation:no_comma"}, "instruction_id_list", "must be a list"),
     ({"verifier": "ifbench", "instruction_id_list": ["count:word_count_range"], "kwargs": [{"bogus": 1}]}, "kwargs",
@@ -443,6 +444,15 @@ def test_cli_records_that_cannot_be_graded_are_bad_input_at_their_line(bad, fiel
     if field not in ("verifier",) and "must be a list" not in words:  # (those break the record contract itself)
         # a record with nothing to grade is not checked against its verifier
         assert invoke("rlvr-verify", ["-j", "1"], jsonl({**rec, "completions": []})).code == 0
+
+
+def test_cli_a_record_check_that_itself_fails_leaves_the_verdict_to_the_worker():
+    # tests nested too deeply for Python's parser: the check in the reading process gives
+    # up (MemoryError/RecursionError) instead of ending the run; every record comes out
+    deep = {"id": "x", "verifier": "code", "tests": ["assert f(" + "-" * 200000 + "1) == 1"], "completions": [""]}
+    r = invoke("rlvr-verify", ["-j", "1"], jsonl(MATH[0], deep, MATH[1]))
+    assert r.code == 0, r.stderr
+    assert [x["id"] for x in r.records()] == ["a", "x", "b"] and len(r.records()[1]["verdicts"]) == 1
 
 
 def test_cli_reverifies_records_whose_old_rewards_no_longer_match():

@@ -186,10 +186,12 @@ def read_order(path: str) -> list[tuple[str, int]]:
     return ids
 
 
-def apply_order(recs: list[dict], order: list[tuple[str, int]], path: str = "order") -> list[dict]:
+def apply_order(recs: list[dict], order: list[tuple[str, int]], path: str = "order",
+                unique: bool = True) -> list[dict]:
     """The records named by an order file, in its order (a curriculum). Unknown ids fail, and
-    so does an id listed twice (two records with one id would collide wherever records are
-    keyed by id: resumed rollouts, pass@k groups; repeat a curriculum with epochs instead)."""
+    so does an id listed twice when unique (rlvr-data: two records with one id would collide
+    wherever records are keyed by id, such as resumed rollouts and pass@k groups). Training
+    keys batches by position, so a curriculum there may repeat a prompt."""
     from rlvr.records import RecordError
 
     by_id = {r["id"]: r for r in recs}
@@ -198,7 +200,7 @@ def apply_order(recs: list[dict], order: list[tuple[str, int]], path: str = "ord
     for rid, line in order:
         if rid not in by_id:
             raise RecordError(f"unknown prompt id {rid!r}", path, line, "id")
-        if rid in seen:
+        if unique and rid in seen:
             raise RecordError(f"prompt id {rid!r} is listed twice (first on line {seen[rid]})", path, line, "id")
         seen[rid] = line
         out.append(by_id[rid])

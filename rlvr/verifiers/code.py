@@ -201,7 +201,8 @@ def check_record(record: dict) -> tuple[str, str] | None:
     try:
         grading.plan_for(record)
     except grading.PlanError as e:
-        field = "tests" if record.get("tests") or not record.get("test") else "entry_point"
+        field = ("tests" if record.get("tests") or not record.get("test")
+                 else "test" if record.get("entry_point") else "entry_point")
         return field, f"unusable tests: {e}"
     return None
 

@@ -361,10 +361,15 @@ class VerifierPool:
 
             try:
                 check = getattr(importlib.import_module(self.modules[name]), "check_record", None)
-            except ImportError:
-                check = None  # unavailable here: the worker's verdict says why
+            except Exception:  # noqa: BLE001 - unavailable here: the workers' verdicts say why
+                check = None
             self._record_checks[name] = check
-        return check(rec) if check is not None else None
+        if check is None:
+            return None
+        try:
+            return check(rec)
+        except Exception:  # noqa: BLE001 - e.g. tests too deep to parse: the worker's error verdict says so
+            return None
 
     def timeout_for(self, name: str, module_default: float | None = None) -> float:
         """The per-verification timeout of a verifier: the caller's, else the module's
