@@ -195,6 +195,8 @@ def read_records(
             raise InputFileError(f"{p}: cannot open: {e.strerror or e}") from None
         try:
             for lineno, raw in _lines(fh, name):
+                if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                    raw = raw[3:]  # a UTF-8 byte order mark (files saved by some Windows editors)
                 if not raw.strip():
                     continue
                 try:

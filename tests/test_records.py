@@ -87,3 +87,14 @@ def test_integers_beyond_64_bits_pass_through_exactly(tmp_path):
     rec = next(read_records([p]))
     assert rec["h"] == 123456789012345678901234567890 and rec["n"] == -9223372036854775809
     assert dumps(rec) == b'{"id":"a","h":123456789012345678901234567890,"n":-9223372036854775809}\n'
+
+
+def test_byte_order_mark_and_crlf_line_ends_are_read(tmp_path):
+    # files saved by Windows editors: a UTF-8 BOM before the first line, CRLF line ends
+    f = tmp_path / "win.jsonl"
+    f.write_bytes(b'\xef\xbb\xbf{"id": "a", "rewards": [1]}\r\n{"id": "b", "rewards": [0]}\r\n')
+    assert [r["id"] for r in read_records([str(f), str(f)])] == ["a", "b", "a", "b"]
+    g = tmp_path / "mid.jsonl"   # a BOM anywhere else is still bad input
+    g.write_bytes(b'{"id": "a"}\n\xef\xbb\xbf{"id": "b"}\n')
+    with pytest.raises(RecordError, match=":2:"):
+        list(read_records([str(g)]))

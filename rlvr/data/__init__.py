@@ -168,7 +168,7 @@ def read_order(path: str) -> list[tuple[str, int]]:
     else:
         local = path
     try:
-        with open(local, encoding="utf-8") as fh:
+        with open(local, encoding="utf-8-sig") as fh:
             lines = fh.read().splitlines()
     except OSError as e:
         raise Failure(f"{path}: cannot read order file: {e.strerror}") from None

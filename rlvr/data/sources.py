@@ -33,7 +33,7 @@ def _read_file(path: str) -> list[dict]:
         import gzip
 
         opener = gzip.open if path.endswith(".gz") else open
-        with opener(path, "rt", encoding="utf-8") as fh:
+        with opener(path, "rt", encoding="utf-8-sig") as fh:
             text = fh.read()
         try:
             data = json.loads(text)
