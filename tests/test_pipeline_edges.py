@@ -36,6 +36,8 @@ def test_unusable_prompts_keep_their_place(tiny_model_dir):
     assert got[1]["generation"]["status"] == "empty_prompt" and got[1]["completions"] == []
     assert got[2]["generation"]["status"] in ("empty_prompt", "bad_prompt")
     assert got[0]["generation"]["status"] == "ok" and len(got[3]["completions"]) == 1
+    assert "prompt(s) empty came out without completions (generation.status empty_prompt)" in out.stderr
+    assert "prompt_too_long" not in out.stderr
 
 
 def test_upstream_error_records_pass_through_rollout(tiny_model_dir):
@@ -77,6 +79,12 @@ def test_data_bad_json_source_and_gsm8k_without_final_answer(tmp_path):
     g.write_text(orjson.dumps({"question": "q", "answer": "no final"}).decode() + "\n")
     r = invoke("rlvr-data", ["gsm8k", "--source", str(g)])
     assert r.code == 3 and "####" in r.stderr
+    g.write_text(orjson.dumps({"question": "q", "answer": "work\n#### "}).decode() + "\n")
+    r = invoke("rlvr-data", ["gsm8k", "--source", str(g)])
+    assert r.code == 3 and "nothing after '####'" in r.stderr and not r.stdout
+    for w in ("inf", "nan", "0", "-1"):
+        r = invoke("rlvr-data", ["--mix", f"gsm8k:{w},math500:1"])
+        assert r.code == 2 and "positive finite" in r.stderr, (w, r.stderr)
 
 
 def test_output_paths_that_cannot_be_written_fail_before_any_work(tmp_path):

@@ -425,6 +425,8 @@ def test_cli_missing_completions_is_exit_3_after_the_records_before_it():
     ({"verifier": "mathz", "answer": "7"}, "verifier", "unknown verifier 'mathz'"),
     ({"verifier": "code", "test": "assert f() == 1"}, "entry_point", "needs `entry_point`"),
     ({"verifier": "code"}, "tests", "no tests"),
+    ({"verifier": "code", "tests": ["x = 1", "# nothing checked"]}, "tests", "contain no assert"),
+    ({"verifier": "code", "test": "def check(c):\n    c(1)\n", "entry_point": "f"}, "test", "no assert or raise"),
     ({"verifier": "code", "test": "def check(:", "entry_point": "f"}, "test", "unusable tests"),
     ({"verifier": "ifeval", "instruction_id_list": ["nope:x"], "kwargs": [{}]}, "instruction_id_list", "unknown ifeval"),
     ({"verifier": "ifeval", "instruction_id_list": "punctuation:no_comma"}, "instruction_id_list", "must be a list"),
@@ -453,6 +455,18 @@ def test_cli_a_record_check_that_itself_fails_leaves_the_verdict_to_the_worker()
     r = invoke("rlvr-verify", ["-j", "1"], jsonl(MATH[0], deep, MATH[1]))
     assert r.code == 0, r.stderr
     assert [x["id"] for x in r.records()] == ["a", "x", "b"] and len(r.records()[1]["verdicts"]) == 1
+
+
+def test_cli_integers_beyond_64_bits_anywhere_in_a_record_are_graded_exactly():
+    big = 123456789012345678901234567890
+    rec = {"id": "x", "verifier": "math", "answer": big, "meta": {"seed": 2 ** 64},
+           "completions": [f"The answer is {big}", f"The answer is {big + 1}"]}
+    from rlvr.records import dumps
+
+    r = invoke("rlvr-verify", ["-j", "1"], dumps(rec))
+    assert r.code == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["rewards"] == [1.0, 0.0] and out["meta"] == {"seed": 2 ** 64} and out["answer"] == big
 
 
 def test_cli_reverifies_records_whose_old_rewards_no_longer_match():

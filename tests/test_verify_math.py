@@ -257,3 +257,40 @@ def test_agreement_with_math_verify_is_exactly_the_documented_list():
                 found.add((r["id"], k))
                 assert documented.get((r["id"], k), {}).get("math_verify_correct") == theirs, (r["id"], k)
     assert found == set(documented)
+
+
+@pytest.mark.parametrize("completion, want", [
+    ("The answer is **5**.", "correct"),
+    ("Answer: **5**", "correct"),
+    ("#### **5**", "correct"),
+    ("The answer is *5*.", "correct"),
+    ("The final answer is `5`.", "correct"),
+    ("\\boxed{**5**}", "correct"),
+    ("**The answer is 5**", "correct"),
+    ("The answer is **6**.", "wrong"),
+    ("The answer is **", "no_answer"),
+])
+def test_markdown_emphasis_around_the_answer_is_not_part_of_it(completion, want):
+    # chat models bold their final answers
+    assert status("5", completion) == want
+
+
+@pytest.mark.parametrize("gold, completion, want", [
+    ("1000", "\\boxed{1e3}", "correct"),
+    ("1500", "The answer is 1.5E3.", "correct"),
+    ("0.001", "\\boxed{1e-3}", "correct"),
+    ("6.02 \\times 10^{23}", "\\boxed{6.02e23}", "correct"),
+    ("1e-7", "\\boxed{0.0000001}", "correct"),
+    ("1000", "\\boxed{2e3}", "wrong"),
+])
+def test_scientific_notation_is_a_number(gold, completion, want):
+    assert status(gold, completion) == want
+
+
+def test_empty_gold_answers_are_bad_records_and_big_integers_are_exact():
+    for bad in ("", "  ", "x\n#### ", "\\boxed{}"):
+        assert vm.check_record({"answer": bad}) == ("answer", "is empty"), bad
+    assert vm.check_record({"answer": "#### 7"}) is None
+    big = 123456789012345678901234567890
+    assert status(big, f"The answer is {big}") == "correct"
+    assert status(big, f"The answer is {big + 1}") == "wrong"

@@ -123,9 +123,10 @@ def cmd(files, keep_going, model, engine, n, temperature, top_p, top_k, max_toke
         raise ConfigError(str(e)) from None
     except EngineError as e:
         raise Failure(str(e)) from None
-    if stats.too_long:
-        warn(f"{stats.too_long} prompt(s) over the prompt length limit came out without completions "
-             "(generation.status prompt_too_long)", "rlvr-rollout")
+    for status, count in sorted(stats.unusable.items()):
+        what = {"prompt_too_long": "over the prompt length limit", "empty_prompt": "empty",
+                "bad_prompt": "unusable"}.get(status, status)
+        warn(f"{count} prompt(s) {what} came out without completions (generation.status {status})", "rlvr-rollout")
 
 
 main = run(cmd, "rlvr-rollout")

@@ -126,8 +126,8 @@ def parse_mix(spec: str) -> dict[str, float]:
             weight = float(w) if sep else 1.0
         except ValueError:
             raise ConfigError(f"--mix: {part!r} is not NAME:WEIGHT") from None
-        if weight <= 0:
-            raise ConfigError(f"--mix: weight of {name} must be positive")
+        if not 0 < weight < float("inf"):
+            raise ConfigError(f"--mix: weight of {name} must be a positive finite number, got {w}")
         _spec(name)
         weights[name] = weight
     if not weights:

@@ -46,6 +46,8 @@ def _gsm8k(row: dict, i: int, split: str) -> dict:
     ans = _get(row, "answer")
     if "####" not in str(ans):
         raise RowError("'answer' has no '#### N' final answer")
+    if not gsm8k_gold(str(ans)).strip():
+        raise RowError("'answer' has nothing after '####'")
     return {"id": f"gsm8k/{split}/{i}", "question": _get(row, "question"), "answer": gsm8k_gold(str(ans))}
 
 

@@ -63,6 +63,7 @@ class Stats:
     records: int = 0
     generated: int = 0
     too_long: int = 0
+    unusable: dict = field(default_factory=dict)   # generation.status -> count, prompts too long included
     passed: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -302,15 +303,16 @@ def run(records: list[dict], settings: RolloutSettings, writer: RecordWriter, *,
                     raise  # a setting that fits no record (e.g. chat messages with the template off)
                 except ValueError as e:  # this record's prompt (e.g. an empty conversation)
                     ready[pos] = unusable(rec, meta, "bad_prompt", str(e))
-                    stats.too_long += 1
+                    stats.unusable["bad_prompt"] = stats.unusable.get("bad_prompt", 0) + 1
                     continue
                 if not ids:
                     ready[pos] = unusable(rec, meta, "empty_prompt", "the prompt has no tokens")
-                    stats.too_long += 1
+                    stats.unusable["empty_prompt"] = stats.unusable.get("empty_prompt", 0) + 1
                     continue
                 if len(ids) > limit:
                     ready[pos] = too_long(rec, len(ids), limit, meta, why)
                     stats.too_long += 1
+                    stats.unusable["prompt_too_long"] = stats.unusable.get("prompt_too_long", 0) + 1
                     bar.update(0)
                     continue
                 key = rec.get("id")

@@ -344,6 +344,8 @@ def _build_plan(kind: str, tests: tuple, setup: str, test: str, entry_point: str
             plan.setup = _compile_plain(setup, "<test_setup>")
         for i, t in enumerate(tests):
             plan.units.append((t, compile_test(t, f"<test {i + 1}>")))
+        if not any(_asserts(t) for t in tests):
+            raise PlanError("the tests contain no assert: any program would pass them")
         if entry_point:
             plan.shadow = frozenset([entry_point])
         else:
@@ -360,8 +362,18 @@ def _build_plan(kind: str, tests: tuple, setup: str, test: str, entry_point: str
     code = compile_test(test, "<test>")
     if not any(isinstance(st, ast.FunctionDef) and st.name == "check" for st in ast.parse(test).body):
         raise PlanError("the test code defines no check(candidate) function")
+    if not _asserts(test):
+        raise PlanError("the test code contains no assert or raise: any program would pass it")
     plan.units.append(("check", code))
     return plan
+
+
+def _asserts(source: str) -> bool:
+    """Whether test code can fail a program: an assert or a raise somewhere in it."""
+    try:
+        return any(isinstance(n, (ast.Assert, ast.Raise)) for n in ast.walk(ast.parse(source)))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return True  # compile_test has already judged the source; do not second-guess it here
 
 
 _CACHE: OrderedDict = OrderedDict()

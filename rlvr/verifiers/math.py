@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+from decimal import Decimal
 from fractions import Fraction
 from functools import lru_cache
 
@@ -88,8 +89,40 @@ def _delimited(s: str) -> str:
     return line.strip().rstrip(".").strip()
 
 
+_MD_WRAP = ("**", "__", "*", "_", "`")
+
+
+def _demarkdown(s: str) -> str:
+    """An answer without the markdown emphasis chat models put around it (**5**, `5`, *5*),
+    and without a bold marker left over from the sentence (**The answer is 5** -> 5)."""
+    for _ in range(4):
+        t = s.strip()
+        for w in _MD_WRAP:
+            if len(t) > 2 * len(w) and t.startswith(w) and t.endswith(w):
+                t = t[len(w):-len(w)]
+                break
+        else:
+            if t.endswith("**") and "**" not in t[:-2]:
+                t = t[:-2]
+            elif t.startswith("**") and "**" not in t[2:]:
+                t = t[2:]
+        if t.strip() == s.strip():
+            return t.strip()
+        s = t
+    return s.strip()
+
+
 def extract_answer(text: str, last_number: bool = True) -> tuple[str | None, str | None]:
     """(answer, how) for the default mode; (None, None) when nothing is found."""
+    ans, how = _extract(text, last_number)
+    if ans is not None and how != "last_number":
+        ans = _demarkdown(ans) or None
+        if ans is None:
+            return None, None
+    return ans, how
+
+
+def _extract(text: str, last_number: bool) -> tuple[str | None, str | None]:
     boxed = last_boxed(text)
     if boxed is not None and boxed.strip():
         return boxed.strip(), "boxed"
@@ -219,6 +252,9 @@ def _strip_outer_braces(s: str) -> str:
     return s
 
 
+_SCI = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)[eE][-+]?\d{1,3}")
+
+
 def normalize(s: str) -> str:
     """A canonical spelling of an answer (spaces kept where LaTeX needs them)."""
     s = _strip_delims(s.replace("\n", " "))
@@ -251,6 +287,9 @@ def normalize(s: str) -> str:
         if m and m.end() < len(s):
             s = s[m.end():]
     s = _strip_outer_braces(s.strip())
+    m = _SCI.fullmatch(s) if len(s) <= 64 and ("e" in s or "E" in s) else None
+    if m:  # 1.5e3 -> 1500, exactly (the exponent is bounded, so no huge expansions)
+        s = format(Decimal(m.group(0)), "f")
     m = _TRAIL_ZEROS.match(s)
     if m:
         s = m.group(1) + ("." + m.group(2) if m.group(2) else "")
@@ -788,9 +827,11 @@ def check_record(record: dict) -> tuple[str, str] | None:
     if record.get("answer") is None:
         return "answer", "required field is missing"
     try:
-        gold_answer(record["answer"])
+        gold = gold_answer(record["answer"])
     except ValueError as e:
         return "answer", str(e)
+    if not normalize(gold):
+        return "answer", "is empty"
     return None
 
 

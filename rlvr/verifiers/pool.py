@@ -44,7 +44,7 @@ from typing import Any
 
 import orjson
 
-from rlvr.records import STATUSES, is_error_record
+from rlvr.records import _BIG_INT, STATUSES, _json_loads_exact, is_error_record
 from rlvr.verifiers import MODULES
 from rlvr.verifiers.rewards import RewardTable
 
@@ -87,8 +87,20 @@ def normalize_config(config: Mapping | None, verifiers: Iterable[str]) -> dict[s
 
 
 def _frame(obj) -> bytes:
-    b = orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY)
+    try:
+        b = orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY)
+    except TypeError as e:
+        if "64-bit" not in str(e):
+            raise
+        import json  # an integer beyond 64 bits (a field of the record): written exactly
+
+        b = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
     return _HDR.pack(len(b)) + b
+
+
+def _unframe(body: bytes):
+    """A message's object; integers beyond 64 bits come back exact (orjson would make floats)."""
+    return _json_loads_exact(body) if _BIG_INT.search(body) else orjson.loads(body)
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -135,7 +147,7 @@ def _worker_main(rfd: int, wfd: int) -> None:
         if head is None:
             return None
         body = _read_exact(rin, _HDR.unpack(head)[0])
-        return None if body is None else orjson.loads(body)
+        return None if body is None else _unframe(body)
 
     init = recv()
     if init is None:
@@ -561,7 +573,7 @@ class VerifierPool:
         payload = {k: v for k, v in out.items() if k not in ("completions", "rewards", "verdicts")}
         if bad is None:
             try:
-                orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY)
+                _frame(payload)
             except TypeError as e:
                 bad = f"record is not JSON-serialisable: {e}"
         if bad is not None:
@@ -708,7 +720,7 @@ class VerifierPool:
             (n,) = _HDR.unpack_from(buf, pos)
             if len(buf) - pos - _HDR.size < n:
                 break
-            msg = orjson.loads(bytes(buf[pos + _HDR.size:pos + _HDR.size + n]))
+            msg = _unframe(bytes(buf[pos + _HDR.size:pos + _HDR.size + n]))
             pos += _HDR.size + n
             self._handle(w, msg)
             if w not in self._workers:
