@@ -176,6 +176,24 @@ def test_unknown_missing_or_unavailable_verifiers_are_error_verdicts(pool):
     assert len(out[2]["verdicts"]) == len(out[2]["completions"])
 
 
+def test_records_come_out_while_a_slow_input_trickles_in_and_before_an_interrupt(pool):
+    events = []
+
+    def slow():
+        for i in range(1, 4):
+            events.append(f"in:{i}")
+            yield rec(i, "ok:x")
+            time.sleep(1.0)  # an upstream stage producing one record a second
+        raise KeyboardInterrupt  # Ctrl-C while waiting for the fourth
+
+    with pytest.raises(KeyboardInterrupt):
+        for out in pool.verify_records(slow()):
+            events.append(f"out:{out['id']}")
+    # each record is out as soon as the next one arrives (not when a window of 64 fills),
+    # and the last one before the interrupt is not lost
+    assert events == ["in:1", "in:2", "out:1", "in:3", "out:2", "out:3"]
+
+
 def test_a_module_that_fails_to_import_gives_error_verdicts(probe_dir):
     (probe_dir / "rlvr_broken_verifier.py").write_text("raise ImportError('needs a missing library')\n")
     with VerifierPool(jobs=1, modules={**MODULES, "broken": "rlvr_broken_verifier"}) as p:

@@ -525,11 +525,22 @@ class VerifierPool:
                     except StopIteration:
                         exhausted = True
                         break
+                    except KeyboardInterrupt:
+                        # Ctrl-C while waiting for input: what is already verified comes out first
+                        self._step(block=False)
+                        while pending and pending[0].left == 0:
+                            yield self._finish(pending.popleft())
+                        raise
                     except Exception as e:  # noqa: BLE001 - re-raised once earlier records are out
                         failure = e
                         exhausted = True
                         break
                     pending.append(self._admit(rec))
+                    # verify while the input trickles in (a slow upstream stage): results are
+                    # collected and finished records go out as each next record arrives
+                    self._step(block=False)
+                    while pending and pending[0].left == 0:
+                        yield self._finish(pending.popleft())
                 while pending and pending[0].left == 0:
                     yield self._finish(pending.popleft())
                 if not pending:
@@ -657,15 +668,16 @@ class VerifierPool:
                 if w in self._workers:
                     self._dead(w)
 
-    def _step(self) -> None:
-        """Dispatch queued work, wait for one round of events, enforce deadlines."""
+    def _step(self, block: bool = True) -> None:
+        """Dispatch queued work, wait for one round of events (not at all unless block),
+        enforce deadlines."""
         self._dispatch()
         busy = [w for w in self._workers if w.tasks]
         if not busy:
             return
         now = time.monotonic()
         wait = max(0.0, min(w.deadline for w in busy) - now)
-        for key, _ in self._sel.select(timeout=min(wait, 1.0) + 0.001):
+        for key, _ in self._sel.select(timeout=(min(wait, 1.0) + 0.001) if block else 0):
             w, kind = key.data
             if w not in self._workers:
                 continue
