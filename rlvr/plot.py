@@ -15,21 +15,48 @@ import orjson
 from rlvr.cli import Failure
 
 
-def read_trace(run_dir: str) -> list[dict]:
+def _num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def read_trace(run_dir: str, metric: str = "reward/mean") -> list[tuple[float, float, float]]:
+    """(samples, wall seconds, metric) per step of a run that logged the metric. Blank lines
+    are skipped, a line still being written is ignored; anything else that is not a step
+    line with numbers is bad input at its line (exit 3)."""
     path = os.path.join(run_dir, "traces", "trace.jsonl")
     try:
-        with open(path, "rb") as fh:
-            rows = []
-            for n, ln in enumerate(fh, 1):
-                if not ln.endswith(b"\n"):
-                    break  # a line being written right now
-                try:
-                    rows.append(orjson.loads(ln))
-                except orjson.JSONDecodeError:
-                    raise Failure(f"{path}:{n}: invalid JSON", code=3) from None
-            return rows
+        fh = open(path, "rb")
     except FileNotFoundError:
         raise Failure(f"{run_dir}: no traces/trace.jsonl (not a run folder, or no step finished yet)") from None
+    except OSError as e:
+        raise Failure(f"{path}: cannot read: {e.strerror or e}") from None
+    points = []
+    with fh:
+        for n, ln in enumerate(fh, 1):
+            if not ln.endswith(b"\n"):
+                break  # a line being written right now
+            if not ln.strip():
+                continue
+
+            def bad(what: str, field: str | None = None):
+                return Failure(f"{path}:{n}: {what}" + (f" (field {field})" if field else ""), code=3)
+
+            try:
+                row = orjson.loads(ln)
+            except orjson.JSONDecodeError:
+                raise bad("invalid JSON") from None
+            if not isinstance(row, dict):
+                raise bad("expected a JSON object (one step's metrics)")
+            if metric not in row or row[metric] is None:
+                continue
+            x = row.get("samples/total", row.get("step"))
+            wall = row.get("time/elapsed_s", float("nan"))
+            for field, v in ((metric, row[metric]), ("samples/total" if "samples/total" in row else "step", x),
+                             ("time/elapsed_s", wall)):
+                if not _num(v):
+                    raise bad(f"must be a number, got {type(v).__name__}", field)
+            points.append((float(x), float(wall), float(row[metric])))
+    return points
 
 
 def smooth(values: list[float], window: int) -> list[float]:
@@ -53,13 +80,13 @@ def plot_runs(run_dirs: list[str], out: str, labels: list[str] | None = None, me
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for i, rd in enumerate(run_dirs):
-        rows = [r for r in read_trace(rd) if metric in r]
+        rows = read_trace(rd, metric)
         if not rows:
             raise Failure(f"{rd}: no {metric!r} in traces/trace.jsonl")
         label = labels[i] if labels and i < len(labels) else os.path.basename(os.path.normpath(rd))
-        y = smooth([r[metric] for r in rows], window)
-        samples = [r.get("samples/total", r["step"]) for r in rows]
-        wall = [r.get("time/elapsed_s", float("nan")) for r in rows]
+        y = smooth([m for _, _, m in rows], window)
+        samples = [x for x, _, _ in rows]
+        wall = [t for _, t, _ in rows]
         axes[0].plot(samples, y, label=label)
         axes[1].plot(wall, y, label=label)
     axes[0].set_xlabel("samples")

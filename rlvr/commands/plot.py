@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
-from rlvr.cli import check_output_file, run, with_examples
+from rlvr.cli import ConfigError, check_output_file, run, with_examples
 
 HELP = with_examples(
     """Plot reward against samples and against wall time for one or more run folders.
@@ -22,7 +24,7 @@ rlvr-plot results/run --metric entropy -o entropy.png
 
 @click.command(help=HELP)
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(file_okay=False))
-@click.option("-o", "--output", default="reward.png", show_default=True, help="PNG file to write.")
+@click.option("-o", "--output", default="reward.png", show_default=True, help="Image to write: .png, .pdf, .svg or .jpg (missing folders are made).")
 @click.option("--label", "labels", multiple=True, help="Legend label per run folder, in order.")
 @click.option("--metric", default="reward/mean", show_default=True, help="Any metric of trace.jsonl.")
 @click.option("--smooth", type=click.IntRange(1), default=1, show_default=True, help="Moving-average window (steps).")
@@ -31,6 +33,11 @@ def cmd(run_dirs, output, labels, metric, smooth, title):
     from rlvr.plot import plot_runs
 
     check_output_file(output, "--output")
+    ext = os.path.splitext(output)[1].lower()
+    if ext not in (".png", ".pdf", ".svg", ".jpg", ".jpeg"):
+        raise ConfigError(f"--output: {output}: the file name must end in .png, .pdf, .svg or .jpg")
+    if len(labels) > len(run_dirs):
+        raise ConfigError(f"{len(labels)} --label for {len(run_dirs)} run folder(s)")
     click.echo(plot_runs(list(run_dirs), output, list(labels), metric, smooth, title))
 
 
