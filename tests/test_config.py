@@ -84,3 +84,6 @@ def test_training_curriculum_may_repeat_prompts_and_unknown_ids_fail_at_once(tmp
     order.write_text("toy/train/3\nnope\n")
     with pytest.raises(RecordError, match="unknown prompt id 'nope'"):
         PromptStream(DataConfig(dataset="toy", order=str(order)))   # before any engine starts
+    order.write_text("")
+    with pytest.raises(ConfigError, match="lists no prompt ids"):
+        PromptStream(DataConfig(dataset="toy", order=str(order)))

@@ -139,6 +139,9 @@ def test_order_file_curriculum(tmp_path):
     order.write_text("gsm8k/test/5\nnope\n")
     r = invoke("rlvr-data", ["gsm8k", "--source", f"{D}/gsm8k/test.jsonl", "--order", str(order)])
     assert r.code == 3 and f"{order}:2:" in r.stderr and "(field id)" in r.stderr
+    order.write_text("# nothing yet\n")
+    r = invoke("rlvr-data", ["gsm8k", "--source", f"{D}/gsm8k/test.jsonl", "--order", str(order)])
+    assert r.code == 2 and "lists no prompt ids" in r.stderr
     order.write_bytes(b"\xef\xbb\xbfgsm8k/test/2\r\ngsm8k/test/5\r\n")   # saved by a Windows editor
     assert [r["id"] for r in data("gsm8k", "--source", f"{D}/gsm8k/test.jsonl", "--order", str(order))] == \
         ["gsm8k/test/2", "gsm8k/test/5"]

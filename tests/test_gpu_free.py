@@ -487,6 +487,9 @@ def test_wait_until_free_and_wait_timeout(tmp_path):
     r = invoke(PROG, ["-n", "1", "--wait", "--timeout", "0.3", "--samples", "1"])
     assert r.code == gpu.EXIT_TOO_FEW and "timed out after 0.3 s" in r.stderr and r.stdout == ""
     assert invoke(PROG, ["--timeout", "3"]).code == 2
+    assert invoke(PROG, ["--max-mem", "0"]).code == 2   # "below 0 MiB" could never be free
+    r = invoke(PROG, ["--json", "--format", "list"])
+    assert r.code == 2 and "different outputs" in r.stderr
 
 
 def test_nvidia_smi_fallback_when_nvml_is_missing(tmp_path):

@@ -80,7 +80,10 @@ def cmd(name, split, sources, fewshot_source, template, shots, chat, limit, shuf
     else:
         recs = one(name)
     if order:
-        recs = apply_order(recs, read_order(order), order)
+        ids = read_order(order)
+        if not ids:
+            raise ConfigError(f"--order: {order} lists no prompt ids")
+        recs = apply_order(recs, ids, order)
     recs = select(recs, limit=limit, shard=shard)
     with stdout_writer() as out:
         for rec in recs:

@@ -73,8 +73,8 @@ rlvr-gpu-free --hosts-file hosts.txt --ssh-cmd 'ssh -p 2222 -o BatchMode=yes'
               show_default=True, help="Readings per GPU over the window.")
 @click.option("--interval", type=click.FloatRange(min=0), metavar="SECONDS", default=gpu.DEFAULT_INTERVAL,
               show_default=True, help="Seconds between readings.")
-@click.option("--max-mem", type=click.FloatRange(min=0), metavar="MIB", default=gpu.DEFAULT_MAX_MEM_MIB,
-              show_default=True, help="MiB used below which a GPU with no process counts as free.")
+@click.option("--max-mem", type=click.FloatRange(min=0, min_open=True), metavar="MIB",
+              default=gpu.DEFAULT_MAX_MEM_MIB, show_default=True, help="MiB used below which a GPU with no process counts as free.")
 @click.option("--backend", type=click.Choice(["auto", "nvml", "smi"]), default="auto", show_default=True,
               envvar="RLVR_GPU_BACKEND", show_envvar=True, help="NVML, nvidia-smi, or NVML then nvidia-smi.")
 @click.option("--kill-zombies", is_flag=True, help="List the zombie processes to kill (this node only).")
@@ -91,6 +91,8 @@ rlvr-gpu-free --hosts-file hosts.txt --ssh-cmd 'ssh -p 2222 -o BatchMode=yes'
               help="rlvr-gpu-free as the remote shell finds it (e.g. a venv path).")
 def cmd(count, wait, timeout, as_json, fmt, uuid, samples, interval, max_mem, backend, kill_zombies, yes, grace,
         hosts, hosts_file, ssh_cmd, remote_cmd):
+    if as_json and fmt not in ("auto", "json"):
+        raise click.UsageError(f"--json and --format {fmt} ask for different outputs")
     fmt = "json" if as_json else ("table" if sys.stdout.isatty() else "list") if fmt == "auto" else fmt
     hosts = gpu.read_hosts(hosts, hosts_file)
     if timeout is not None and not wait:

@@ -31,6 +31,8 @@ class PromptStream:
         self.order = read_order(dcfg.order) if dcfg.order else None
         self._epochs: dict[int, list[dict]] = {}
         if self.order is not None:
+            if not self.order:
+                raise ConfigError(f"data.order: {dcfg.order} lists no prompt ids")
             self.epoch(0)  # an unknown id fails now, before Ray and the engines start
 
     def epoch(self, e: int) -> list[dict]:
