@@ -65,6 +65,16 @@ def test_per_prompt_keeps_error_records():
     assert r.code == 0 and len(rows) == 2 and "error" in rows[1]
 
 
+def test_prompts_without_samples_keep_their_row_and_their_dataset():
+    recs = [{"id": "a", "dataset": "d1", "rewards": []}, {"id": "b", "dataset": "d2", "rewards": [1, 0]}]
+    r = invoke("rlvr-passk", ["--per-prompt", "--k", "1"], jsonl(*recs))
+    assert r.code == 0 and r.records() == [{"id": "a", "dataset": "d1", "n": 0, "c": 0, "pass@1": None},
+                                           {"id": "b", "dataset": "d2", "n": 2, "c": 1, "pass@1": 0.5}]
+    s = orjson.loads(invoke("rlvr-passk", [], jsonl(*recs)).stdout)
+    assert s["prompts_with_no_samples"] == 1 and list(s["per_dataset"]) == ["d1", "d2"]
+    assert s["per_dataset"]["d1"] == {"n_prompts": 0, "n_samples": 0, "prompts_with_no_samples": 1}
+
+
 def test_passk_rejects_non_finite_threshold_and_huge_k():
     assert invoke("rlvr-passk", ["--threshold", "nan"], jsonl({"id": "a", "rewards": [1]})).code == 2
     assert invoke("rlvr-passk", ["--k", "99999999999999999999"], jsonl({"id": "a", "rewards": [1]})).code == 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections import Counter
 
 import click
 import orjson
@@ -49,6 +50,7 @@ def cmd(files, keep_going, ks, threshold, per_prompt, fmt):
     acc = PassAtK(k_list)
     seen: set[str] = set()
     dupes = errors = no_samples = 0
+    empty: Counter = Counter()   # dataset -> prompts with no samples
     out = RecordWriter(sys.stdout.buffer) if per_prompt else None
     for rec in read_records(files, keep_going=keep_going, required=("rewards",)):
         if is_error_record(rec):
@@ -63,8 +65,12 @@ def cmd(files, keep_going, ks, threshold, per_prompt, fmt):
                 continue
             seen.add(rid)
         n = len(rec["rewards"])
-        if n == 0:
+        if n == 0:  # nothing sampled (e.g. a prompt too long to generate for): counted, never in pass@k
             no_samples += 1
+            empty[rec.get("dataset") or "unknown"] += 1
+            if out is not None:
+                out.write({"id": rid, "dataset": rec.get("dataset"), "n": 0, "c": 0,
+                           **{f"pass@{k}": None for k in acc.fixed_ks or []}})
             continue
         c = sum(1 for r in rec["rewards"] if r >= threshold)
         vals = acc.add(rec.get("dataset") or "unknown", n, c)
@@ -82,6 +88,9 @@ def cmd(files, keep_going, ks, threshold, per_prompt, fmt):
     s["threshold"] = threshold
     if no_samples:
         s["prompts_with_no_samples"] = no_samples
+        for ds, count in sorted(empty.items()):
+            s["per_dataset"].setdefault(ds, {"n_prompts": 0, "n_samples": 0})["prompts_with_no_samples"] = count
+        s["per_dataset"] = dict(sorted(s["per_dataset"].items()))
     if dupes:
         s["duplicate_ids"] = dupes
     if errors:
