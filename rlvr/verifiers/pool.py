@@ -517,9 +517,11 @@ class VerifierPool:
         it = iter(records)
         exhausted = False
         failure: BaseException | None = None
+        polled = time.monotonic()
         try:
             while True:
                 while not exhausted and len(pending) < self.window:
+                    t_read = time.monotonic()
                     try:
                         rec = next(it)
                     except StopIteration:
@@ -536,11 +538,15 @@ class VerifierPool:
                         exhausted = True
                         break
                     pending.append(self._admit(rec))
-                    # verify while the input trickles in (a slow upstream stage): results are
-                    # collected and finished records go out as each next record arrives
-                    self._step(block=False)
-                    while pending and pending[0].left == 0:
-                        yield self._finish(pending.popleft())
+                    # When the input trickles in (a slow upstream stage), verify meanwhile:
+                    # results are collected and finished records go out as each next record
+                    # arrives. A fast input fills the window first (larger tasks per worker).
+                    now = time.monotonic()
+                    if now - t_read > 0.01 or now - polled > 0.05:
+                        polled = now
+                        self._step(block=False)
+                        while pending and pending[0].left == 0:
+                            yield self._finish(pending.popleft())
                 while pending and pending[0].left == 0:
                     yield self._finish(pending.popleft())
                 if not pending:
@@ -548,6 +554,7 @@ class VerifierPool:
                         break
                     continue
                 self._step()
+                polled = time.monotonic()
         finally:
             self._busy = False
             if pending or self._queue or any(w.tasks for w in self._workers):
