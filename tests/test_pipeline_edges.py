@@ -91,7 +91,7 @@ def test_data_bad_json_source_and_gsm8k_without_final_answer(tmp_path):
     assert r.code == 3 and "####" in r.stderr
     g.write_text(orjson.dumps({"question": "q", "answer": "work\n#### "}).decode() + "\n")
     r = invoke("rlvr-data", ["gsm8k", "--source", str(g)])
-    assert r.code == 3 and "nothing after '####'" in r.stderr and not r.stdout
+    assert r.code == 3 and "nothing after '####'" in r.stderr and "field answer)" in r.stderr and not r.stdout
     for w in ("inf", "nan", "0", "-1"):
         r = invoke("rlvr-data", ["--mix", f"gsm8k:{w},math500:1"])
         assert r.code == 2 and "positive finite" in r.stderr, (w, r.stderr)

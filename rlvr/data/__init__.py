@@ -54,7 +54,8 @@ def _convert(spec: Spec, rows: list[dict], split: str, where: str) -> list[dict]
         try:
             rec = spec.convert(row, i, split)
         except RowError as e:
-            raise Failure(f"{where}: row {i + 1}: {e} (dataset {spec.name})", code=3) from None
+            field = f", field {e.field}" if e.field else ""
+            raise Failure(f"{where}: row {i + 1}: {e} (dataset {spec.name}{field})", code=3) from None
         rec["dataset"] = spec.name
         rec["verifier"] = spec.verifier
         out.append(rec)

@@ -30,14 +30,18 @@ class Spec:
 
 
 class RowError(ValueError):
-    """A raw row lacks a field the dataset needs."""
+    """A raw row lacks a field the dataset needs (``field`` names it)."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
 
 
 def _get(row: dict, *names: str):
     for n in names:
         if n in row and row[n] is not None:
             return row[n]
-    raise RowError(f"missing field {' or '.join(names)!r}")
+    raise RowError(f"missing field {' or '.join(names)!r}", names[0])
 
 
 # --- math -----------------------------------------------------------------------------------
@@ -45,9 +49,9 @@ def _get(row: dict, *names: str):
 def _gsm8k(row: dict, i: int, split: str) -> dict:
     ans = _get(row, "answer")
     if "####" not in str(ans):
-        raise RowError("'answer' has no '#### N' final answer")
+        raise RowError("'answer' has no '#### N' final answer", "answer")
     if not gsm8k_gold(str(ans)).strip():
-        raise RowError("'answer' has nothing after '####'")
+        raise RowError("'answer' has nothing after '####'", "answer")
     return {"id": f"gsm8k/{split}/{i}", "question": _get(row, "question"), "answer": gsm8k_gold(str(ans))}
 
 
@@ -63,7 +67,7 @@ def _math(row: dict, i: int, split: str) -> dict:
     if ans is None:
         ans = last_boxed(sol)
     if ans is None:
-        raise RowError("no 'answer' and no \\boxed{} in 'solution'")
+        raise RowError("no 'answer' and no \\boxed{} in 'solution'", "answer")
     rid = row.get("unique_id") or f"{split}/{i}"
     rec = {"id": f"math/{rid}", "question": _get(row, "problem"), "answer": str(ans)}
     for k in ("level", "subject", "type"):
