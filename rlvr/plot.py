@@ -8,15 +8,17 @@ rlvr-plot and the staleness benchmark.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import orjson
 
 from rlvr.cli import Failure
+from rlvr.records import is_number
 
 
-def _num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+def _bad_line(path: str, n: int, what: str, field: str | None = None) -> Failure:
+    return Failure(f"{path}:{n}: {what}" + (f" (field {field})" if field else ""), code=3)
 
 
 def read_trace(run_dir: str, metric: str = "reward/mean") -> list[tuple[float, float, float]]:
@@ -37,10 +39,7 @@ def read_trace(run_dir: str, metric: str = "reward/mean") -> list[tuple[float, f
                 break  # a line being written right now
             if not ln.strip():
                 continue
-
-            def bad(what: str, field: str | None = None):
-                return Failure(f"{path}:{n}: {what}" + (f" (field {field})" if field else ""), code=3)
-
+            bad = functools.partial(_bad_line, path, n)
             try:
                 row = orjson.loads(ln)
             except orjson.JSONDecodeError:
@@ -53,7 +52,7 @@ def read_trace(run_dir: str, metric: str = "reward/mean") -> list[tuple[float, f
             wall = row.get("time/elapsed_s", float("nan"))
             for field, v in ((metric, row[metric]), ("samples/total" if "samples/total" in row else "step", x),
                              ("time/elapsed_s", wall)):
-                if not _num(v):
+                if not is_number(v):
                     raise bad(f"must be a number, got {type(v).__name__}", field)
             points.append((float(x), float(wall), float(row[metric])))
     return points

@@ -70,7 +70,8 @@ def _is_str_list(v: Any) -> bool:
     return isinstance(v, list) and all(isinstance(x, str) for x in v)
 
 
-def _is_number(v: Any) -> bool:
+def is_number(v: Any) -> bool:
+    """A JSON number (a bool is not one)."""
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
@@ -118,7 +119,7 @@ def check_record(rec: Any, replaced: tuple[str, ...] = ()) -> tuple[str, str] | 
         n = len(rec["completions"])
     if "rewards" in rec and "rewards" not in replaced:
         r = rec["rewards"]
-        if not (isinstance(r, list) and all(_is_number(x) for x in r)):
+        if not (isinstance(r, list) and all(is_number(x) for x in r)):
             return "rewards", "must be a list of numbers"
         if n is not None and len(r) != n:
             return "rewards", f"has {len(r)} entries for {n} completions"
@@ -200,9 +201,7 @@ def read_records(
                 if not raw.strip():
                     continue
                 try:
-                    # orjson reads integers beyond 64 bits as floats: such lines go through the
-                    # standard library, which keeps them exact (unknown fields pass untouched)
-                    rec = orjson.loads(raw) if not _BIG_INT.search(raw) else _json_loads_exact(raw)
+                    rec = loads(raw)  # integers beyond 64 bits kept exact (unknown fields pass untouched)
                 except (orjson.JSONDecodeError, ValueError) as e:
                     err = RecordError(f"invalid JSON: {e.args[0].split(':')[0]}", name, lineno)
                     if not keep_going:
@@ -237,7 +236,11 @@ def read_records(
 _BIG_INT = re.compile(rb"\d{19,}")
 
 
-def _json_loads_exact(raw: bytes):
+def loads(raw: bytes) -> Any:
+    """One JSON value. orjson reads integers beyond 64 bits as floats: such text goes through
+    the standard library, which keeps them exact."""
+    if not _BIG_INT.search(raw):
+        return orjson.loads(raw)
     import json
 
     try:
@@ -246,14 +249,25 @@ def _json_loads_exact(raw: bytes):
         raise orjson.JSONDecodeError(e.msg, e.doc, e.pos) from None
 
 
+def to_json(obj: Any) -> bytes:
+    """Compact JSON bytes; integers beyond 64 bits (which orjson refuses) are written exactly."""
+    try:
+        return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY)
+    except TypeError as e:
+        if "64-bit" not in str(e):
+            raise
+    import json
+
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return text.encode()
+    except UnicodeEncodeError:  # a lone surrogate: escaped, so the line stays valid UTF-8
+        return json.dumps(obj, separators=(",", ":")).encode()
+
+
 def dumps(rec: dict) -> bytes:
     """One record as a JSONL line (bytes, newline-terminated)."""
-    try:
-        return orjson.dumps(rec, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
-    except TypeError:  # an integer beyond 64 bits: the standard library writes it exactly
-        import json
-
-        return json.dumps(rec, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+    return to_json(rec) + b"\n"
 
 
 class RecordWriter:

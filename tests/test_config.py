@@ -80,7 +80,10 @@ def test_training_curriculum_may_repeat_prompts_and_unknown_ids_fail_at_once(tmp
     order = tmp_path / "order.txt"
     order.write_text("toy/train/3\ntoy/train/1\ntoy/train/3\n")   # a hard prompt twice
     stream = PromptStream(DataConfig(dataset="toy", order=str(order), epochs=2))
-    assert [r["id"] for r, _ in stream.batch(0, 4)] == ["toy/train/3", "toy/train/1", "toy/train/3", "toy/train/3"]
+    # a repeat is its own prompt (its own id, so its own sample seeds), the same question
+    got = [r for r, _ in stream.batch(0, 4)]
+    assert [r["id"] for r in got] == ["toy/train/3", "toy/train/1", "toy/train/3#2", "toy/train/3"]
+    assert got[2]["prompt"] == got[0]["prompt"] and got[2]["answer"] == got[0]["answer"]
     order.write_text("toy/train/3\nnope\n")
     with pytest.raises(RecordError, match="unknown prompt id 'nope'"):
         PromptStream(DataConfig(dataset="toy", order=str(order)))   # before any engine starts

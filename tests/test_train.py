@@ -117,24 +117,37 @@ def test_async_staleness_bound(ray_session, base_model, tmp_path):
         assert x["step"] - 1 - x["policy_version"] <= 1
 
 
+def act_when(ready, action) -> threading.Thread:
+    """Run action() in a background thread as soon as ready() is true (a fault injected mid-run)."""
+    def body():
+        while not ready():
+            time.sleep(0.05)
+        action()
+
+    th = threading.Thread(target=body, daemon=True)
+    th.start()
+    return th
+
+
+def first_step_done(run_dir) -> bool:
+    path = run_dir / "traces" / "trace.jsonl"
+    return path.exists() and path.read_bytes().count(b"\n") >= 1
+
+
+def kill_named(ray, prefix: str, killed: list) -> None:
+    for name in ray.util.list_named_actors():
+        if name.startswith(prefix):
+            ray.kill(ray.get_actor(name))
+            killed.append(name)
+
+
 @pytest.mark.parametrize("staleness", [0, 1])
 def test_engine_killed_mid_run_is_restarted(ray_session, base_model, tmp_path, staleness):
     import ray
 
     cfg = cfg_for(base_model, "train.steps=4", "checkpoint.every=0", f"train.max_staleness={staleness}", *SMALL)
     killed = []
-
-    def killer():
-        path = tmp_path / "traces" / "trace.jsonl"
-        while not (path.exists() and path.read_bytes().count(b"\n") >= 1):
-            time.sleep(0.05)
-        for name in ray.util.list_named_actors():
-            if name.startswith("rlvr-engine-"):
-                ray.kill(ray.get_actor(name))
-                killed.append(name)
-
-    th = threading.Thread(target=killer, daemon=True)
-    th.start()
+    th = act_when(lambda: first_step_done(tmp_path), lambda: kill_named(ray, "rlvr-engine-", killed))
     run(cfg, tmp_path)
     th.join(timeout=5)
     rows = trace(tmp_path)
@@ -150,16 +163,12 @@ def test_hung_engine_is_detected_and_replaced(ray_session, base_model, tmp_path)
     cfg = cfg_for(base_model, "train.steps=3", "checkpoint.every=0", "sync.generate_timeout_s=4", *SMALL)
     stopped = []
 
-    def freezer():
-        path = tmp_path / "traces" / "trace.jsonl"
-        while not (path.exists() and path.read_bytes().count(b"\n") >= 1):
-            time.sleep(0.05)
+    def freeze():
         pid = orjson.loads((tmp_path / "run.json").read_bytes())["placement"]["engines"][0]["pid"]
         os.kill(pid, signal.SIGSTOP)  # the engine stops answering, as a hung process does
         stopped.append(pid)
 
-    th = threading.Thread(target=freezer, daemon=True)
-    th.start()
+    th = act_when(lambda: first_step_done(tmp_path), freeze)
     t0 = time.monotonic()
     run(cfg, tmp_path)
     th.join(timeout=5)
@@ -181,18 +190,8 @@ def test_trainer_death_fails_clearly_and_keeps_the_last_checkpoint(ray_session, 
 
     cfg = cfg_for(base_model, "train.steps=6", "checkpoint.every=2", *SMALL)
     killed = []
-
-    def killer():
-        path = tmp_path / "checkpoints" / "step_000002" / "trainer_state.pt"
-        while not path.exists():
-            time.sleep(0.05)
-        for a in ray.util.list_named_actors():
-            if a.startswith("rlvr-trainer-"):
-                ray.kill(ray.get_actor(a))
-                killed.append(a)
-
-    th = threading.Thread(target=killer, daemon=True)
-    th.start()
+    th = act_when((tmp_path / "checkpoints" / "step_000002" / "trainer_state.pt").exists,
+                  lambda: kill_named(ray, "rlvr-trainer-", killed))
     with pytest.raises(Failure) as ei:
         run(cfg, tmp_path)
     th.join(timeout=5)

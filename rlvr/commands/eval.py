@@ -94,10 +94,9 @@ def cmd(paths, benchmarks, gpu, gpus, pass_at_k, pattern, interval, once, idle_e
             raise click.UsageError("--table takes one OUT_DIR")
         if not os.path.isdir(paths[0]):
             raise ConfigError(f"--table: {paths[0]} is not a folder")
-        text = ev.results_table(paths[0], fmt)
-        if text.count("\n") <= (1 if fmt == "csv" else 2):
+        if not ev.collect(paths[0]):
             warn(f"no evaluation summaries under {paths[0]}", "rlvr-eval")
-        sys.stdout.write(text)
+        sys.stdout.write(ev.results_table(paths[0], fmt))
         return
     want = 1 if pattern else 2
     if len(paths) != want:

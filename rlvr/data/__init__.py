@@ -191,18 +191,23 @@ def apply_order(recs: list[dict], order: list[tuple[str, int]], path: str = "ord
                 unique: bool = True) -> list[dict]:
     """The records named by an order file, in its order (a curriculum). Unknown ids fail, and
     so does an id listed twice when unique (rlvr-data: two records with one id would collide
-    wherever records are keyed by id, such as resumed rollouts and pass@k groups). Training
-    keys batches by position, so a curriculum there may repeat a prompt."""
+    wherever records are keyed by id, such as resumed rollouts and pass@k groups). Otherwise
+    (training) a repeat is a copy whose id gets "#2", "#3", ..., so that its samples, seeds
+    and traces stay its own."""
     from rlvr.records import RecordError
 
     by_id = {r["id"]: r for r in recs}
     out = []
-    seen: dict[str, int] = {}
+    seen: dict[str, list[int]] = {}
     for rid, line in order:
         if rid not in by_id:
             raise RecordError(f"unknown prompt id {rid!r}", path, line, "id")
-        if unique and rid in seen:
-            raise RecordError(f"prompt id {rid!r} is listed twice (first on line {seen[rid]})", path, line, "id")
-        seen[rid] = line
+        if rid in seen:
+            if unique:
+                raise RecordError(f"prompt id {rid!r} is listed twice (first on line {seen[rid][0]})", path, line, "id")
+            seen[rid].append(line)
+            out.append(dict(by_id[rid], id=f"{rid}#{len(seen[rid])}"))
+            continue
+        seen[rid] = [line]
         out.append(by_id[rid])
     return out

@@ -21,15 +21,14 @@ selected input in order, so a rerun skips that prefix after checking its ids and
 
 from __future__ import annotations
 
-import dataclasses
-
 import contextlib
 import os
 import random
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, BinaryIO
 
 from rlvr.engines.base import EngineError, EngineOptions, PromptIds, Result, Sampling, encode_prompt, prompt_seed
@@ -62,8 +61,7 @@ class RolloutSettings:
 class Stats:
     records: int = 0
     generated: int = 0
-    too_long: int = 0
-    unusable: dict = field(default_factory=dict)   # generation.status -> count, prompts too long included
+    unusable: Counter = field(default_factory=Counter)   # generation.status -> prompts without completions
     passed: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -303,16 +301,15 @@ def run(records: list[dict], settings: RolloutSettings, writer: RecordWriter, *,
                     raise  # a setting that fits no record (e.g. chat messages with the template off)
                 except ValueError as e:  # this record's prompt (e.g. an empty conversation)
                     ready[pos] = unusable(rec, meta, "bad_prompt", str(e))
-                    stats.unusable["bad_prompt"] = stats.unusable.get("bad_prompt", 0) + 1
+                    stats.unusable["bad_prompt"] += 1
                     continue
                 if not ids:
                     ready[pos] = unusable(rec, meta, "empty_prompt", "the prompt has no tokens")
-                    stats.unusable["empty_prompt"] = stats.unusable.get("empty_prompt", 0) + 1
+                    stats.unusable["empty_prompt"] += 1
                     continue
                 if len(ids) > limit:
                     ready[pos] = too_long(rec, len(ids), limit, meta, why)
-                    stats.too_long += 1
-                    stats.unusable["prompt_too_long"] = stats.unusable.get("prompt_too_long", 0) + 1
+                    stats.unusable["prompt_too_long"] += 1
                     bar.update(0)
                     continue
                 key = rec.get("id")
@@ -321,7 +318,7 @@ def run(records: list[dict], settings: RolloutSettings, writer: RecordWriter, *,
                 extra = rec.get("stop")
                 if extra:
                     # the record's own stop strings (e.g. MBPP's [DONE]) join --stop
-                    yield pos, ids, seed, dataclasses.replace(
+                    yield pos, ids, seed, replace(
                         sampling, stop=tuple(dict.fromkeys(tuple(sampling.stop) + tuple(extra))))
                 else:
                     yield pos, ids, seed

@@ -31,12 +31,16 @@ def warmup() -> None:
     if_checks.warmup()
 
 
+def _registry(record: dict) -> str:
+    """``verifier: ifeval`` records get IFEval's registry only; others the if_multi one."""
+    return "ifeval" if record.get("verifier") == "ifeval" else "if_multi"
+
+
 def check_record(record: dict) -> tuple[str, str] | None:
     """(field, problem) when the record's instructions cannot be built."""
-    return if_checks.check_record("ifeval" if record.get("verifier") == "ifeval" else "if_multi", record)
+    return if_checks.check_record(_registry(record), record)
 
 
 def verify(record: dict, completion: str, config: dict | None = None) -> dict:
-    """Verdict for one completion; ``verifier: ifeval`` records get IFEval's registry only."""
-    registry = "ifeval" if record.get("verifier") == "ifeval" else "if_multi"
-    return if_checks.verify(registry, record, completion, config)
+    """Verdict for one completion (see _registry)."""
+    return if_checks.verify(_registry(record), record, completion, config)

@@ -44,7 +44,7 @@ from typing import Any
 
 import orjson
 
-from rlvr.records import _BIG_INT, STATUSES, _json_loads_exact, is_error_record
+from rlvr.records import STATUSES, is_error_record, loads, to_json
 from rlvr.verifiers import MODULES
 from rlvr.verifiers.rewards import RewardTable
 
@@ -87,20 +87,8 @@ def normalize_config(config: Mapping | None, verifiers: Iterable[str]) -> dict[s
 
 
 def _frame(obj) -> bytes:
-    try:
-        b = orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY)
-    except TypeError as e:
-        if "64-bit" not in str(e):
-            raise
-        import json  # an integer beyond 64 bits (a field of the record): written exactly
-
-        b = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+    b = to_json(obj)   # integers beyond 64 bits (a field of the record) travel exactly
     return _HDR.pack(len(b)) + b
-
-
-def _unframe(body: bytes):
-    """A message's object; integers beyond 64 bits come back exact (orjson would make floats)."""
-    return _json_loads_exact(body) if _BIG_INT.search(body) else orjson.loads(body)
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -147,7 +135,7 @@ def _worker_main(rfd: int, wfd: int) -> None:
         if head is None:
             return None
         body = _read_exact(rin, _HDR.unpack(head)[0])
-        return None if body is None else _unframe(body)
+        return None if body is None else loads(body)
 
     init = recv()
     if init is None:
@@ -739,7 +727,7 @@ class VerifierPool:
             (n,) = _HDR.unpack_from(buf, pos)
             if len(buf) - pos - _HDR.size < n:
                 break
-            msg = _unframe(bytes(buf[pos + _HDR.size:pos + _HDR.size + n]))
+            msg = loads(bytes(buf[pos + _HDR.size:pos + _HDR.size + n]))
             pos += _HDR.size + n
             self._handle(w, msg)
             if w not in self._workers:

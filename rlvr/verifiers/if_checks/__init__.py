@@ -96,27 +96,26 @@ def check_record(name: str, record: dict) -> tuple[str, str] | None:
     if kwargs is not None and not isinstance(kwargs, list):
         return "kwargs", "must be a list of objects, one per instruction"
     try:
-        if not ids:
-            raise GroundTruthError("instruction_id_list is empty")
-        kwargs = list(kwargs) if kwargs is not None else [None] * len(ids)
-        if len(kwargs) != len(ids):
-            return "kwargs", f"has {len(kwargs)} entries for {len(ids)} instructions"
-        for i, (iid, kw) in enumerate(zip(ids, kwargs)):
-            build(name, i, iid, kw)
+        build_all(name, ids, kwargs)
     except GroundTruthError as e:
         return ("kwargs" if "kwargs" in str(e) else "instruction_id_list"), str(e)
     return None
 
 
-def evaluate(name: str, instruction_ids: list[str], kwargs: list[dict | None] | None,
-             response: str) -> tuple[list[bool], list[bool], list[str]]:
-    """(strict, loose, errors) for one response; raises GroundTruthError on bad ground truth."""
+def build_all(name: str, instruction_ids: list[str], kwargs: list[dict | None] | None) -> list:
+    """The checkers of a record's instructions; GroundTruthError when they cannot be built."""
     if not instruction_ids:
         raise GroundTruthError("instruction_id_list is empty")
     kwargs = list(kwargs) if kwargs is not None else [None] * len(instruction_ids)
     if len(kwargs) != len(instruction_ids):
         raise GroundTruthError(f"kwargs has {len(kwargs)} entries for {len(instruction_ids)} instructions")
-    checkers = [build(name, i, iid, kw) for i, (iid, kw) in enumerate(zip(instruction_ids, kwargs))]
+    return [build(name, i, iid, kw) for i, (iid, kw) in enumerate(zip(instruction_ids, kwargs))]
+
+
+def evaluate(name: str, instruction_ids: list[str], kwargs: list[dict | None] | None,
+             response: str) -> tuple[list[bool], list[bool], list[str]]:
+    """(strict, loose, errors) for one response; raises GroundTruthError on bad ground truth."""
+    checkers = build_all(name, instruction_ids, kwargs)
     variants = loose_variants(response)
     strict, loose, errors = [], [], []
     for i, checker in enumerate(checkers):
