@@ -24,37 +24,21 @@ import click
 
 from rlvr.records import InputFileError, RecordError
 
-# Named exit codes, documented in every man page (EXIT STATUS).
-EXIT_OK = 0
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
-EXIT_BAD_INPUT = 3
-EXIT_INTERRUPTED = 130
-
-EXIT_CODES = {
-    EXIT_OK: "success (a wrong answer is data, never an exit code)",
-    EXIT_FAILURE: "runtime failure (a model, engine, server or file could not be used)",
-    EXIT_USAGE: "usage or configuration error",
-    EXIT_BAD_INPUT: "malformed input; the message names FILE:LINE and the field",
-    EXIT_INTERRUPTED: "interrupted (Ctrl-C or SIGTERM)",
-}
+from rlvr.errors import (  # noqa: F401 - re-exported: commands name them through rlvr.cli
+    EXIT_BAD_INPUT,
+    EXIT_CODES,
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    BadInput,
+    ConfigError,
+    Failure,
+    RlvrError,
+    UsageError,
+)
 
 T = TypeVar("T")
-
-
-class Failure(click.ClickException):
-    """A runtime failure: printed as one line, exit 1 (or the given code)."""
-
-    def __init__(self, message: str, code: int = EXIT_FAILURE):
-        super().__init__(message)
-        self.exit_code = code
-
-
-class ConfigError(Failure):
-    """A bad configuration value: exit 2."""
-
-    def __init__(self, message: str):
-        super().__init__(message, EXIT_USAGE)
 
 
 def check_output_file(path: str, option: str) -> None:
@@ -128,6 +112,11 @@ def run(cmd: click.Command, prog: str) -> Callable[..., None]:
             if debug:
                 raise
             err(prog, f"error: {e.format_message()}")
+            code = e.exit_code
+        except RlvrError as e:
+            if debug:
+                raise
+            err(prog, f"error: {e}")
             code = e.exit_code
         except RecordError as e:
             if debug:
