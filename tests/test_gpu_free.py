@@ -59,7 +59,7 @@ def _running(pid: int) -> bool:
     return st is not None and st[0] not in ("Z", "X")
 
 
-def _until(cond, what: str, limit: float = 15.0) -> None:
+def _until(cond, what: str, limit: float = 300.0) -> None:  # a guard against a hang only
     deadline = time.monotonic() + limit
     while not cond():
         if time.monotonic() > deadline:

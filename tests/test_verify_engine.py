@@ -71,6 +71,9 @@ def probe_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("probe")
     (d / "rlvr_probe_verifier.py").write_text(PROBE)
     sys.path.insert(0, str(d))
+    # rlvr-verify's --verifier choices are read from MODULES when its module is imported: import
+    # it first, so the test-only probe never reaches the command's help or man page.
+    import rlvr.commands.verify  # noqa: F401
     MODULES["probe"] = "rlvr_probe_verifier"
     yield d
     MODULES.pop("probe", None)
@@ -79,7 +82,7 @@ def probe_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def pool(probe_dir):
-    with VerifierPool(jobs=2, timeout=1.0, memory_mb=1024) as p:
+    with VerifierPool(jobs=2, timeout=2.0, memory_mb=1024) as p:
         yield p
 
 
@@ -106,18 +109,15 @@ def test_order_is_kept_and_n_in_gives_n_out(pool):
 
 
 def test_a_hang_times_out_and_the_rest_of_the_record_is_kept(pool):
-    t0 = time.monotonic()
     [r] = pool.verify_all([rec(1, "ok:a", "spin", "ok:b", "ok:c")])
-    elapsed = time.monotonic() - t0
     assert statuses(r) == ["correct", "timeout", "correct", "correct"]
     assert r["rewards"] == [1.0, 0.0, 1.0, 1.0]
-    assert "1 s" in r["verdicts"][1]["error"] and r["verdicts"][1]["version"] == "p1"
-    assert elapsed < 10, elapsed
+    assert "2 s" in r["verdicts"][1]["error"] and r["verdicts"][1]["version"] == "p1"
 
 
 def test_timeout_is_per_verification_not_per_record(pool):
-    # Three 0.6 s verifications in one record, 1 s timeout: none may time out.
-    [r] = pool.verify_all([rec(1, "sleep:0.6", "sleep:0.6", "sleep:0.6")])
+    # Three 0.9 s verifications in one record (2.7 s), 2 s timeout: none may time out.
+    [r] = pool.verify_all([rec(1, "sleep:0.9", "sleep:0.9", "sleep:0.9")])
     assert statuses(r) == ["correct"] * 3
 
 
@@ -132,7 +132,7 @@ def test_crashes_are_verdicts_and_the_rest_goes_on(pool):
 
 
 def test_a_crashed_or_killed_worker_is_replaced_and_a_warm_one_kept(probe_dir):
-    with VerifierPool(jobs=1, timeout=0.5) as p:
+    with VerifierPool(jobs=1, timeout=2.0) as p:
         pid = lambda: p.verify_all([rec(0, "pid")])[0]["verdicts"][0]["extracted"]  # noqa: E731
         first = pid()
         assert pid() == first                      # kept warm across calls
@@ -255,7 +255,7 @@ def test_works_from_a_non_main_thread_and_still_kills_hangs(probe_dir):
     result = {}
 
     def driver():
-        with VerifierPool(jobs=1, timeout=0.5) as p:
+        with VerifierPool(jobs=1, timeout=2.0) as p:
             result["out"] = p.verify_all([rec(1, "spin", "ok:1")])
 
     t = threading.Thread(target=driver)
@@ -291,12 +291,10 @@ def test_config_forms_reach_the_verifier(probe_dir):
 def test_math_records_and_a_real_sympy_hang_through_the_pool():
     recs = [{"id": "g", "verifier": "math", "answer": "18",
              "completions": ["\\boxed{18}", "#### 19", "\\boxed{x^{9^{9^{9}}}}", "The answer is 18."]}]
-    t0 = time.monotonic()
-    with VerifierPool(jobs=1, timeout=1.5) as p:
+    with VerifierPool(jobs=1, timeout=3.0) as p:  # the hang costs the whole timeout; honest ones take ms
         [r] = p.verify_all(recs)
     assert statuses(r) == ["correct", "wrong", "timeout", "correct"]
     assert r["verdicts"][0]["verifier"] == "math" and r["verdicts"][0]["version"] == "1"
-    assert time.monotonic() - t0 < 30
 
 
 # ------------------------------------------------------------------------------ rewards
