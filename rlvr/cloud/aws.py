@@ -47,7 +47,11 @@ class Aws:
         return self.region
 
     def require_credentials(self) -> None:
-        if self.session.get_credentials() is None:
+        try:
+            creds = self.session.get_credentials()
+        except Exception as e:  # noqa: BLE001 - a broken provider (bad profile, container endpoint)
+            raise Failure(f"cannot load AWS credentials: {type(e).__name__}: {redact(str(e))}") from None
+        if creds is None:
             raise Failure("no AWS credentials found (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, "
                           "or run where an instance role is available)")
 

@@ -34,7 +34,7 @@ _MAX_HP_VALUE = 2500  # SageMaker's limit on one hyperparameter value
 
 def check_job_name(name: str) -> str:
     """Return `name` if SageMaker accepts it as a training job name, else raise UsageError."""
-    if not JOB_NAME_RE.match(name or ""):
+    if not JOB_NAME_RE.match(name or "") or len(name) > 63:  # the pattern alone lets hyphens run past 63
         why = ("longer than 63 characters" if len(name) > 63 else
                "empty" if not name else f"not {JOB_NAME_RULE}")
         raise UsageError(f"job name {name!r} is {why} (SageMaker's rule: [a-zA-Z0-9](-*[a-zA-Z0-9]){{0,62}})")

@@ -223,6 +223,17 @@ class Submitter:
                 self.log(f"warning: cannot check the role ({code}: iam:GetRole not allowed); SageMaker will")
             else:
                 raise as_failure(e, "iam GetRole") from None
+        sm = aws.client("sagemaker")
+        try:
+            sm.describe_training_job(TrainingJobName=self.name)
+            taken = True
+        except Exception as e:  # noqa: BLE001
+            if error_code(e) not in ("ValidationException", "ResourceNotFound"):
+                raise as_failure(e, f"sagemaker DescribeTrainingJob {self.name}") from None
+            taken = False
+        if taken:
+            raise Failure(f"a training job named {self.name} already exists (names are unique per account "
+                          "and region: choose another --name)")
         from rlvr.s3 import make_client
 
         bucket, _ = _s3_parts(o.s3, "--s3")
@@ -253,7 +264,6 @@ class Submitter:
                 with open(path, "rb") as fh:
                     call(lambda: s3.put_object(Bucket=ib, Key=key, Body=fh.read()), f"s3 PutObject s3://{ib}/{key}")
                 uploaded.append(key)
-            sm = aws.client("sagemaker")
             arn = call(lambda: sm.create_training_job(**request), f"sagemaker CreateTrainingJob {self.name}",
                        {"ResourceInUse": f"a training job named {self.name} already exists (choose another --name)"})
         except BaseException:
