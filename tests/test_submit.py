@@ -297,3 +297,185 @@ def test_refused_create_removes_uploaded_config(aws, aws_server, monkeypatch):
     assert relay.injected == 2
     assert r.code == 1 and "CreateTrainingJob refused-job: ResourceLimitExceeded" in r.stderr
     assert keys(aws) == [] and not os.path.exists(aws.log)  # the config that went up is gone again
+
+
+# ----------------------------------------------------------------------------- --local and the entrypoint's plan
+
+def test_local_runs_the_image_with_sagemakers_layout(aws, tmp_path, monkeypatch):
+    local = tmp_path / "results"
+    data = tmp_path / "data"
+    data.mkdir()
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIASECRETVALUE0001")
+    r = invoke("rlvr-submit", [TINY, "--local", "--gpus", "0,1,2,3", "--name", "local-1", "--local-dir", str(local),
+                               "--job-log", aws.log, "--build", "--set", "train.steps=3", "--input", f"data={data}",
+                               "--eval-config", eval_config(aws), "--train-gpus", "0-2", "--eval-gpus", "3",
+                               "--s3", aws.s3uri, "-d", "smoke"])
+    assert r.code == 0, r.stderr
+    calls = docker_calls(aws)
+    assert [c["argv"][0] for c in calls] == ["build", "run"]
+    run = calls[1]["argv"]
+    opt_ml = str(local / "local-1")
+    assert run[run.index("--gpus") + 1] == '"device=0,1,2,3"'
+    assert f"{opt_ml}:/opt/ml" in run and f"{data}:/opt/ml/input/data/data:ro" in run
+    assert "TRAINING_JOB_NAME=local-1" in run and f"RLVR_JOB_S3=s3://{aws.bucket}/rlvr/checkpoints/" in run
+    assert "AWS_ACCESS_KEY_ID" in run and "AKIASECRETVALUE0001" not in " ".join(run)  # passed by name only
+    assert run[run.index("--entrypoint") + 1:] == ["python3", "rlvr:latest", "-m", "rlvr.cloud.entrypoint"]
+    rows = joblog.rows(aws.log)
+    assert rows[-1]["job"] == "local-1" and rows[-1]["where"] == "local gpus 0,1,2,3"
+    # the folder is what the entrypoint reads inside the container (as /opt/ml)
+    job = JobEnv.read({"RLVR_OPT_ML": opt_ml, "TRAINING_JOB_NAME": "local-1"})
+    assert job.job == "local-1" and job.model_dir == os.path.join(opt_ml, "model")
+    assert set(job.channels) == {"config", "data"}
+    import datetime as dt
+
+    p = plan(job, {"RLVR_JOB_S3": "s3://b/rlvr/checkpoints/", "PATH": "/usr/bin"}, now=dt.datetime(2026, 11, 23, 10, 15))
+    assert p.run_dir == os.path.join(opt_ml, "model", "tiny-cpu_20261123-101500")
+    assert p.config == os.path.join(opt_ml, "input", "data", "config", "tiny-cpu.yaml")
+    assert open(p.config, "rb").read() == open(TINY, "rb").read()
+    assert p.train_cmd[1:] == ["-m", "rlvr.commands.train", p.config, "--run-dir", p.run_dir, "--set", "train.steps=3"]
+    assert p.train_env["CUDA_VISIBLE_DEVICES"] == "0,1,2"
+    assert p.train_env["RLVR_DATA_DIR"] == os.path.join(opt_ml, "input", "data", "data")
+    assert p.eval_cmd[1:] == ["-m", "rlvr.commands.eval", "--watch", os.path.join(p.run_dir, "checkpoints", "step_*"),
+                              os.path.join(p.run_dir, "evals"), "--interval", "5", "-b", "toy", "--gpus", "3",
+                              "--engine", "hf", "--dtype", "float32"]
+    assert p.jobs_uri == "s3://b/rlvr/checkpoints/" and p.sync_interval == 10
+    # a second run under the same name would mix two jobs in one folder
+    r = invoke("rlvr-submit", [TINY, "--local", "--name", "local-1", "--local-dir", str(local), "--job-log", aws.log])
+    assert r.code == 2 and "exists" in r.stderr
+
+
+def test_local_container_failure_is_exit_1(aws, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_DOCKER_FAIL", "run")
+    r = invoke("rlvr-submit", [TINY, "--local", "--name", "local-2", "--local-dir", str(tmp_path), "--job-log", aws.log])
+    assert r.code == 1 and "container local-2 failed" in r.stderr
+
+
+def test_entrypoint_reads_the_toolkit_variables(tmp_path):
+    chan = tmp_path / "cfg"
+    chan.mkdir()
+    shutil.copy(TINY, chan / "tiny-cpu.yaml")
+    env = {"SM_HPS": json.dumps({"rlvr_config": "tiny-cpu.yaml", "train.lr": 0.001, "rollout.n": 4,
+                                 "rlvr_sync_interval": "2", "sagemaker_program": "x"}),
+           "SM_CHANNEL_CONFIG": str(chan), "SM_CHANNEL_MODEL": "/opt/ml/input/data/model",
+           "SM_MODEL_DIR": str(tmp_path / "model"), "SM_TRAINING_ENV": json.dumps({"job_name": "job-7"}),
+           "RLVR_OPT_ML": str(tmp_path / "nothing-here"), "RLVR_RUN_DIR": "/elsewhere"}
+    job = JobEnv.read(env)
+    assert job.job == "job-7" and job.model_dir == str(tmp_path / "model")
+    p = plan(job, env)
+    assert p.sync_interval == 2 and p.jobs_uri is None and p.eval_cmd is None and "RLVR_RUN_DIR" not in p.train_env
+    assert p.train_cmd[-6:] == ["--set", "rollout.n=4", "--set", "train.lr=0.001", "--set",
+                                "model.path=/opt/ml/input/data/model"]
+    for bad, msg in ((dict(env, SM_HPS="{}"), "rlvr_config"), (dict(env, SM_HPS='{"rlvr_config": "../x.yaml"}'), "file name"),
+                     (dict(env, SM_HPS='{"rlvr_config": "other.yaml"}'), "not in the config channel")):
+        with pytest.raises(UsageError, match=msg):
+            plan(JobEnv.read(bad), bad)
+    with pytest.raises(UsageError, match="no job name"):
+        JobEnv.read({k: v for k, v in env.items() if k != "SM_TRAINING_ENV"})
+
+
+# ----------------------------------------------------------------------------- the job's S3 layout
+
+def wait_for(what: str, cond, bound: float = 120.0):
+    """Wait until cond() is truthy; the bound only guards against a hang."""
+    deadline = time.monotonic() + bound
+    while True:
+        v = cond()
+        if v:
+            return v
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.1)
+
+
+def s3_text(e, key: str) -> str | None:
+    try:
+        return e.s3.get_object(Bucket=e.bucket, Key=key)["Body"].read().decode()
+    except Exception:  # noqa: BLE001 - not there yet
+        return None
+
+
+def test_job_sync_uploads_traces_live_and_checkpoints_as_they_appear(s3env, bucket, tmp_path):
+    run = tmp_path / "model" / "tiny-cpu_20261123-101500"
+    (run / "traces").mkdir(parents=True)
+    (run / "config.yaml").write_text("train: {steps: 2}\n")
+    trace = run / "traces" / "trace.jsonl"
+    trace.write_text('{"step": 1}\n')
+    layout = JobLayout(f"s3://{bucket}/rlvr/checkpoints/", "job-1", run.name)
+    assert layout.checkpoint(10) == f"s3://{bucket}/rlvr/checkpoints/job-1/tiny-cpu_20261123-101500_step10/"
+
+    class E:
+        pass
+
+    e = E()
+    e.s3, e.bucket = s3env.client(), bucket
+    root = "rlvr/checkpoints/job-1/"
+    sync = JobSync(str(run), layout, interval=0.2, log=lambda m: None).start()
+    try:
+        wait_for("the first trace line", lambda: s3_text(e, root + "traces/trace.jsonl") == '{"step": 1}\n')
+        assert s3_text(e, root + "config.yaml") == "train: {steps: 2}\n"
+        with open(trace, "a") as fh:  # a step later, and a line still being written
+            fh.write('{"step": 2}\n{"step": 3')
+        wait_for("the second trace line", lambda: s3_text(e, root + "traces/trace.jsonl") == '{"step": 1}\n{"step": 2}\n')
+        ck = run / "checkpoints" / "step_000001"
+        ck.mkdir(parents=True)
+        (ck / "config.json").write_text("{}")
+        (ck / "trainer_state.pt").write_bytes(b"state")  # complete: the marker is there
+        wait_for("the checkpoint", lambda: s3_text(e, root + f"{run.name}_step1/trainer_state.pt") == "state")
+        assert s3_text(e, root + f"{run.name}_step1/config.json") == "{}"
+    finally:
+        failed = sync.finish(timeout=120)
+    assert failed == []
+    assert s3_text(e, root + f"{run.name}_final/trainer_state.pt") == "state"
+
+
+def test_simulated_sagemaker_container_end_to_end(s3env, bucket, tmp_path):
+    """The entrypoint in SageMaker's folders and variables, on the tiny CPU config; then pull and watch."""
+    opt_ml = tmp_path / "opt" / "ml"
+    job = "rlvr-20261123-101500"
+    hps = {"rlvr_config": "tiny-cpu.yaml", "train.steps": "2", "checkpoint.every": "1", "rollout.engine": "hf",
+           "rollout.prompts_per_step": "8", "rollout.n": "4", "rollout.max_tokens": "12", "rlvr_sync_interval": "1"}
+    write_opt_ml(str(opt_ml), hps, [TINY], [])
+    jobs = f"s3://{bucket}/rlvr/checkpoints/"
+    env = dict(s3env.env(), RLVR_OPT_ML=str(opt_ml), TRAINING_JOB_NAME=job, RLVR_JOB_S3=jobs,
+               SM_MODEL_DIR=str(opt_ml / "model"), SM_CHANNEL_CONFIG=str(opt_ml / "input" / "data" / "config"),
+               SM_TRAINING_ENV=json.dumps({"job_name": job, "current_host": "algo-1", "hosts": ["algo-1"]}),
+               PYTHONPATH=REPO, OMP_NUM_THREADS="1", RAY_USAGE_STATS_ENABLED="0", TOKENIZERS_PARALLELISM="false")
+    p = subprocess.run([sys.executable, "-m", "rlvr.cloud.entrypoint", "train"], env=env, cwd=str(tmp_path),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=900)
+    out = p.stdout.decode(errors="replace")
+    assert p.returncode == 0, out[-3000:]
+    assert not (opt_ml / "output" / "failure").exists()
+    (run,) = os.listdir(opt_ml / "model")
+    assert run.startswith("tiny-cpu_")
+    # what SageMaker does when the container exits: $SM_MODEL_DIR as output/model.tar.gz
+    archive = tmp_path / "model.tar.gz"
+    with tarfile.open(archive, "w:gz") as tf:
+        tf.add(opt_ml / "model" / run, arcname=run)
+
+    class E:
+        pass
+
+    e = E()
+    e.s3, e.bucket = s3env.client(), bucket
+    e.s3.upload_file(str(archive), bucket, f"rlvr/checkpoints/{job}/output/model.tar.gz")
+    got = keys(e, f"rlvr/checkpoints/{job}/")
+    rel = {k.split(f"{job}/", 1)[1] for k in got}
+    for d in (f"{run}_step1", f"{run}_step2", f"{run}_final"):
+        assert {f"{d}/trainer_state.pt", f"{d}/config.json"} <= rel, sorted(rel)
+    assert {"config.yaml", "run.json", "traces/trace.jsonl", "traces/rollouts.jsonl"} <= rel
+    assert not any(".tmp-" in k for k in rel)
+    # rlvr-s3-sync pull finds the layout it expects (model.tar.gz unpacked in place)
+    dest = tmp_path / "results"
+    r = invoke("rlvr-s3-sync", ["pull", f"{jobs}{job}", str(dest), "--no-progress"])
+    assert r.code == 0, r.stderr
+    local = dest / job
+    steps = [json.loads(ln)["step"] for ln in (local / "traces" / "trace.jsonl").read_text().splitlines()]
+    assert steps == [1, 2]
+    assert (local / "config.yaml").exists() and (local / "checkpoints" / "step_000002" / "trainer_state.pt").exists()
+    assert (local / f"{run}_final" / "model.safetensors").read_bytes() == \
+        (opt_ml / "model" / run / "checkpoints" / "step_000002" / "model.safetensors").read_bytes()
+    assert not (local / "output" / "model.tar.gz").exists()
+    # and watch follows its traces
+    r = invoke("rlvr-s3-sync", ["watch", job, "--src", jobs, "--dest", str(tmp_path / "watched"), "--idle-exit", "0"])
+    assert r.code == 0, r.stderr
+    assert (tmp_path / "watched" / job / "traces" / "trace.jsonl").read_bytes() == \
+        (local / "traces" / "trace.jsonl").read_bytes()
