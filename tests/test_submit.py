@@ -479,3 +479,27 @@ def test_simulated_sagemaker_container_end_to_end(s3env, bucket, tmp_path):
     assert r.code == 0, r.stderr
     assert (tmp_path / "watched" / job / "traces" / "trace.jsonl").read_bytes() == \
         (local / "traces" / "trace.jsonl").read_bytes()
+
+
+def test_documented_iam_policies_cover_what_submit_calls():
+    import re
+
+    text = open(os.path.join(REPO, "docs", "cloud.md")).read()
+    blocks = [json.loads(b) for b in re.findall(r"```json\n(.*?)```", text, re.S)]
+    assert len(blocks) == 2
+
+    def actions(policy):
+        out = set()
+        for st in policy["Statement"]:
+            a = st["Action"]
+            out.update([a] if isinstance(a, str) else a)
+        return out
+
+    submitter, execution = (actions(b) for b in blocks)
+    assert {"ecr:GetAuthorizationToken", "ecr:CreateRepository", "ecr:DescribeRepositories", "ecr:DescribeImages",
+            "ecr:PutImage", "sagemaker:CreateTrainingJob", "sagemaker:DescribeTrainingJob",
+            "sagemaker:StopTrainingJob", "sagemaker:ListTrainingJobs", "iam:PassRole", "iam:GetRole",
+            "s3:PutObject", "s3:DeleteObject", "s3:ListBucket"} <= submitter
+    assert {"ecr:BatchGetImage", "s3:GetObject", "s3:PutObject", "logs:PutLogEvents"} <= execution
+    passrole = next(st for st in blocks[0]["Statement"] if st["Action"] == "iam:PassRole")
+    assert passrole["Condition"]["StringEquals"]["iam:PassedToService"] == "sagemaker.amazonaws.com"
