@@ -371,6 +371,23 @@ def test_entrypoint_reads_the_toolkit_variables(tmp_path):
             plan(JobEnv.read(bad), bad)
     with pytest.raises(UsageError, match="no job name"):
         JobEnv.read({k: v for k, v in env.items() if k != "SM_TRAINING_ENV"})
+    assert not p.worker and p.ray_start is None and "--ray-address" not in p.train_cmd
+
+
+def test_entrypoint_plans_one_ray_cluster_over_several_instances(tmp_path):
+    write_opt_ml(str(tmp_path), {"rlvr_config": "tiny-cpu.yaml"}, [TINY], [])
+    with open(tmp_path / "input" / "config" / "resourceconfig.json", "w") as fh:
+        json.dump({"current_host": "algo-2", "hosts": ["algo-1", "algo-2"]}, fh)
+    env = {"RLVR_OPT_ML": str(tmp_path), "TRAINING_JOB_NAME": "multi-1"}
+    worker = plan(JobEnv.read(env), env)
+    assert worker.worker and worker.nodes == 2
+    assert worker.ray_start == ["ray", "start", "--address=algo-1:6379", "--block", "--disable-usage-stats"]
+    head_env = dict(env, SM_CURRENT_HOST="algo-1")
+    head = plan(JobEnv.read(head_env), head_env)
+    assert not head.worker and head.ray_start[:3] == ["ray", "start", "--head"]
+    assert head.train_cmd[-2:] == ["--ray-address", "algo-1:6379"]
+    with pytest.raises(UsageError, match="not among the job's hosts"):
+        JobEnv.read(dict(env, SM_CURRENT_HOST="algo-9"))
 
 
 # ----------------------------------------------------------------------------- the job's S3 layout

@@ -20,6 +20,10 @@ RLVR_OPT_ML replaces /opt/ml in every default path (a SageMaker layout in anothe
 the tests use). With rlvr_eval_config, `rlvr-eval --watch` runs beside training on
 rlvr_eval_gpus (training on rlvr_train_gpus) and finishes the last checkpoints after it.
 On failure the reason is written to /opt/ml/output/failure, where SageMaker shows it.
+
+Several instances (SM_HOSTS / resourceconfig.json's hosts): the first host starts a Ray head,
+waits until every instance has joined, and runs rlvr-train on the cluster (--ray-address);
+the others run `ray start --address=HEAD --block` and end when the head stops its cluster.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ from rlvr.errors import Failure, UsageError
 
 PROG = "rlvr-entrypoint"
 DEFAULT_SYNC_INTERVAL = 10.0
+RAY_PORT = 6379
+JOIN_TIMEOUT_S = 900.0  # how long the head waits for the other instances to join its Ray cluster
 
 
 def log(msg: str) -> None:
@@ -53,6 +59,8 @@ class JobEnv:
     output_dir: str
     hyperparameters: dict[str, str]
     channels: dict[str, str] = field(default_factory=dict)
+    current_host: str = "algo-1"
+    hosts: list[str] = field(default_factory=lambda: ["algo-1"])
 
     @classmethod
     def read(cls, environ: dict[str, str] | None = None) -> "JobEnv":
@@ -76,9 +84,14 @@ class JobEnv:
         if not job:
             raise UsageError("no job name: TRAINING_JOB_NAME and SM_TRAINING_ENV's job_name are unset "
                              "(not inside a SageMaker job?)")
+        res = _json_file(os.path.join(config_dir, "resourceconfig.json")) or {}
+        hosts = _json(env.get("SM_HOSTS"), "SM_HOSTS") or training_env.get("hosts") or res.get("hosts") or ["algo-1"]
+        current = env.get("SM_CURRENT_HOST") or training_env.get("current_host") or res.get("current_host") or hosts[0]
+        if current not in hosts:
+            raise UsageError(f"this host {current!r} is not among the job's hosts {hosts}")
         return cls(job=job, model_dir=env.get("SM_MODEL_DIR", os.path.join(base, "model")),
                    output_dir=env.get("SM_OUTPUT_DIR", os.path.join(base, "output")),
-                   hyperparameters=hps, channels=channels)
+                   hyperparameters=hps, channels=channels, current_host=current, hosts=list(hosts))
 
 
 def _json(text: str | None, what: str):
@@ -112,6 +125,10 @@ class Plan:
     eval_env: dict[str, str] | None
     jobs_uri: str | None
     sync_interval: float
+    ray_head: str | None = None       # several instances: head:port of the Ray cluster over the job's hosts
+    ray_start: list[str] | None = None
+    worker: bool = False              # this host only lends its GPUs to the head's cluster
+    nodes: int = 1
 
 
 def plan(job: JobEnv, environ: dict[str, str] | None = None, now: _dt.datetime | None = None) -> Plan:
@@ -145,6 +162,16 @@ def plan(job: JobEnv, environ: dict[str, str] | None = None, now: _dt.datetime |
     train_cmd = [sys.executable, "-m", "rlvr.commands.train", config, "--run-dir", run_dir]
     for s in sets:
         train_cmd += ["--set", s]
+    head = ray_start = None
+    if len(job.hosts) > 1:
+        # one Ray cluster over the instances: the first host is the head and runs rlvr-train
+        # (and the uploads); the others join it and lend their GPUs until it stops.
+        head = f"{job.hosts[0]}:{RAY_PORT}"
+        if job.current_host == job.hosts[0]:
+            ray_start = ["ray", "start", "--head", f"--port={RAY_PORT}", "--disable-usage-stats"]
+            train_cmd += ["--ray-address", head]
+        else:
+            ray_start = ["ray", "start", f"--address={head}", "--block", "--disable-usage-stats"]
     eval_cmd = eval_env = None
     if eval_name:
         from rlvr.cloud.evalspec import load_eval_config
@@ -154,7 +181,8 @@ def plan(job: JobEnv, environ: dict[str, str] | None = None, now: _dt.datetime |
                                 eval_gpus)
         eval_env = dict(child)
     return Plan(config=config, run_dir=run_dir, train_cmd=train_cmd, train_env=train_env, eval_cmd=eval_cmd,
-                eval_env=eval_env, jobs_uri=env.get(ENV_JOB_S3) or None, sync_interval=interval)
+                eval_env=eval_env, jobs_uri=env.get(ENV_JOB_S3) or None, sync_interval=interval, ray_head=head,
+                ray_start=ray_start, worker=bool(head) and job.current_host != job.hosts[0], nodes=len(job.hosts))
 
 
 def _in_channel(folder: str, name: str) -> str:
@@ -168,6 +196,10 @@ def _in_channel(folder: str, name: str) -> str:
 
 def run(p: Plan, job: JobEnv) -> int:
     """Start training (and the eval watcher), keep S3 current, and return training's exit status."""
+    if p.worker:
+        return _worker(p)
+    if p.ray_start:
+        _start_head(p)
     os.makedirs(p.run_dir, exist_ok=True)
     sync = None
     if p.jobs_uri:
@@ -206,6 +238,8 @@ def run(p: Plan, job: JobEnv) -> int:
                 if last.returncode != 0:
                     log(f"warning: the last evaluation pass exited {last.returncode}")
     finally:
+        if p.ray_start:
+            subprocess.run(["ray", "stop"])  # the other instances' `ray start --block` end with it
         if sync is not None:
             failed = sync.finish()
             if failed:
@@ -214,6 +248,44 @@ def run(p: Plan, job: JobEnv) -> int:
     if rc != 0:
         _failure(job, f"rlvr-train exited with status {rc}; see the job's log")
     return rc
+
+
+def _worker(p: Plan) -> int:
+    """Join the head's Ray cluster and stay until it stops (then the job is over for this host)."""
+    import time
+
+    deadline = time.monotonic() + JOIN_TIMEOUT_S
+    while True:
+        log("$ " + " ".join(p.ray_start))
+        t0 = time.monotonic()
+        rc = subprocess.run(p.ray_start).returncode
+        if time.monotonic() - t0 > 60:  # it had joined and ran until the cluster went away
+            log(f"the Ray cluster at {p.ray_head} has stopped: this host is done")
+            return 0
+        if time.monotonic() > deadline:
+            raise Failure(f"could not join the Ray cluster at {p.ray_head} (ray start exited {rc})")
+        time.sleep(5)  # the head may not be up yet
+
+
+def _start_head(p: Plan) -> None:
+    """Start the Ray head and wait until every instance has joined."""
+    import time
+
+    log("$ " + " ".join(p.ray_start))
+    if subprocess.run(p.ray_start).returncode != 0:
+        raise Failure("ray start --head failed")
+    import ray
+
+    ray.init(address=p.ray_head, logging_level="ERROR", log_to_driver=False)
+    try:
+        deadline = time.monotonic() + JOIN_TIMEOUT_S
+        while (alive := sum(1 for n in ray.nodes() if n.get("Alive"))) < p.nodes:
+            if time.monotonic() > deadline:
+                raise Failure(f"only {alive} of {p.nodes} instances joined the Ray cluster in {JOIN_TIMEOUT_S:.0f} s")
+            time.sleep(2)
+        log(f"Ray cluster ready: {alive} nodes")
+    finally:
+        ray.shutdown()
 
 
 def _failure(job: JobEnv, reason: str) -> None:
