@@ -520,3 +520,19 @@ def test_documented_iam_policies_cover_what_submit_calls():
     assert {"ecr:BatchGetImage", "s3:GetObject", "s3:PutObject", "logs:PutLogEvents"} <= execution
     passrole = next(st for st in blocks[0]["Statement"] if st["Action"] == "iam:PassRole")
     assert passrole["Condition"]["StringEquals"]["iam:PassedToService"] == "sagemaker.amazonaws.com"
+
+
+def test_local_dry_run_and_image_names(aws, tmp_path):
+    r = invoke("rlvr-submit", [TINY, "--local", "--dry-run", "--name", "local-dry", "--local-dir", str(tmp_path / "r"),
+                               "--job-log", aws.log, "--build", "--gpus", "all"])
+    assert r.code == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["docker"][:2] == ["run", "--rm"] and out["docker"][out["docker"].index("--gpus") + 1] == "all"
+    assert out["hyperparameters"] == {"rlvr_config": "tiny-cpu.yaml"}
+    assert "would run: docker build" in r.stderr
+    assert docker_calls(aws) == [] and not (tmp_path / "r").exists() and not os.path.exists(aws.log)
+    # a full image URI is used as it is (no ECR lookups); --push takes a repository of this account
+    r = submit(aws, "--dry-run", "--image", "registry.example.com/team/rlvr:v2")
+    assert json.loads(r.stdout)["AlgorithmSpecification"]["TrainingImage"] == "registry.example.com/team/rlvr:v2"
+    r = submit(aws, "--image", "registry.example.com/team/rlvr:v2", "--push")
+    assert r.code == 2 and "this account's ECR" in r.stderr

@@ -55,10 +55,6 @@ class ImageRef:
         reg = self.registry or registry
         return f"{reg}/{self.repository}:{self.tag}" if reg else self.local
 
-    @property
-    def is_ecr(self) -> bool:
-        return self.registry is None or ".dkr.ecr." in self.registry
-
 
 class Docker:
     """The docker CLI. `dry_run` prints the commands (to stderr) instead of running them."""

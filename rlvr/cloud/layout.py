@@ -66,14 +66,15 @@ class JobSync:
 
     def __init__(self, run_dir: str, layout: JobLayout, interval: float = 10.0, *, transfer=None,
                  log: Callable[[str], None] | None = None):
-        from rlvr.s3 import BackgroundUploader
+        from rlvr.s3 import BackgroundUploader, S3Transfer
 
         self.run_dir = os.path.abspath(run_dir)
         self.layout = layout
         self.interval = interval
-        self.transfer = transfer
+        self._own_transfer = transfer is None
+        self.transfer = transfer or S3Transfer(workers=8)  # one client shared by every uploader
         self.log = log or (lambda m: print(f"rlvr-cloud: {m}", file=sys.stderr, flush=True))
-        self._meta = BackgroundUploader(layout.root, root=self.run_dir, transfer=transfer, exclude=["*/.tmp-*"])
+        self._meta = BackgroundUploader(layout.root, root=self.run_dir, transfer=self.transfer)
         self._checkpoints: dict[int, object] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -125,4 +126,6 @@ class JobSync:
             self.log(f"uploading the final checkpoint {os.path.basename(cks[-1][1])} to {self.layout.final}")
         for up in [self._meta, *self._checkpoints.values(), *([final] if final else [])]:
             failed += up.close(timeout=timeout)
+        if self._own_transfer and not failed:
+            self.transfer.close()
         return failed

@@ -157,8 +157,8 @@ class Submitter:
             self.inputs_uri = inputs_uri(o.s3, self.name)
         else:
             self.jobs_uri = self.inputs_uri = None
-        if (o.push or o.build) and self.image.registry and not self.image.is_ecr and o.push:
-            raise UsageError(f"--push pushes to this account's ECR; {o.image} names another registry")
+        if o.push and self.image.registry:
+            raise UsageError(f"--push pushes to this account's ECR: give --image REPOSITORY[:TAG], not {o.image}")
 
     def spec(self, image_uri: str) -> JobSpec:
         o = self.o
@@ -241,12 +241,11 @@ class Submitter:
         call(lambda: s3.head_bucket(Bucket=bucket), f"s3 HeadBucket {bucket}",
              {"404": f"S3 bucket {bucket} does not exist (--s3 {o.s3})", "NoSuchBucket": f"S3 bucket {bucket} does not exist",
               "403": f"S3 bucket {bucket}: access denied"})
-        if self.image.is_ecr:
-            repo_uri = img.ecr_repository(aws, self.image.repository, create=o.push)
-            uri = f"{repo_uri}:{self.image.tag}" if not self.image.registry else self.image.uri()
+        if self.image.registry is None:  # a repository of this account's ECR
+            uri = f"{img.ecr_repository(aws, self.image.repository, create=o.push)}:{self.image.tag}"
             if not o.push:
                 img.ecr_require_tag(aws, self.image.repository, self.image.tag)
-        else:
+        else:  # a full image URI: SageMaker pulls it as it is
             uri = self.image.uri()
         # (4) image
         self._build(docker)
