@@ -169,13 +169,18 @@ def local_run_args(image: str, name: str, opt_ml: str, gpus: list[int] | None, e
     """`docker run` arguments for the job's container on this machine, SageMaker's layout under opt_ml.
 
     The host folder opt_ml is /opt/ml in the container; environment variables in PASS_ENV that
-    are set here are passed by name (their values never show on the command line).
+    are set here are passed by name (their values never show on the command line), and
+    ~/.aws is mounted read-only when it exists.
     """
     args = ["run", "--rm", "--name", name, "--shm-size", shm_size, "--ipc", "host",
             "-v", f"{os.path.abspath(opt_ml)}:/opt/ml"]
     if gpus:
         args += ["--gpus", f'"device={",".join(map(str, gpus))}"']
-    for host, inside in sorted((mounts or {}).items()):
+    mounts = dict(mounts or {})
+    aws_dir = os.path.join(os.path.expanduser("~"), ".aws")
+    if os.path.isdir(aws_dir):  # profiles (AWS_PROFILE) work inside as they do here
+        mounts[aws_dir] = "/root/.aws"
+    for host, inside in sorted(mounts.items()):
         args += ["-v", f"{os.path.abspath(host)}:{inside}:ro"]
     for k, v in sorted(env.items()):
         args += ["-e", f"{k}={v}"]
