@@ -150,7 +150,9 @@ def test_missing_role_and_s3_are_usage_errors(aws, monkeypatch):
     assert r.code == 2 and "not an IAM role ARN" in r.stderr
     r = submit(aws, "--set", "train.nope=1")
     assert r.code == 2 and "train.nope" in r.stderr
-    assert not os.path.exists(aws.log) and keys(aws) == []
+    r = submit(aws, "--set", "rlvr_config=other.yaml", "--build", "--push")
+    assert r.code == 2 and "rlvr_config" in r.stderr
+    assert not os.path.exists(aws.log) and keys(aws) == [] and docker_calls(aws) == []
 
 
 def test_role_that_does_not_exist(aws):
@@ -536,3 +538,17 @@ def test_local_dry_run_and_image_names(aws, tmp_path):
     assert json.loads(r.stdout)["AlgorithmSpecification"]["TrainingImage"] == "registry.example.com/team/rlvr:v2"
     r = submit(aws, "--image", "registry.example.com/team/rlvr:v2", "--push")
     assert r.code == 2 and "this account's ECR" in r.stderr
+
+
+def test_job_spec_hyperparameters():
+    from rlvr.cloud.sagemaker import JobSpec
+
+    spec = JobSpec(name="j-1", config_name="a.yaml", image="i", role="r", jobs_uri="s3://b/c/", inputs_uri="s3://b/i/",
+                   sets=["train.lr=1e-6", "data.source=s3://b/d/x=y"], train_gpus=[0, 1], sync_interval=2.5)
+    assert spec.hyperparameters() == {"rlvr_config": "a.yaml", "train.lr": "1e-6", "data.source": "s3://b/d/x=y",
+                                      "rlvr_train_gpus": "0,1", "rlvr_sync_interval": "2.5"}
+    for bad, msg in ((["rlvr_config=b.yaml"], "reserved"), (["sagemaker_x=1"], "reserved"), (["novalue"], "KEY=VALUE"),
+                     ([f"k={'x' * 2501}"], "2500")):
+        spec.sets = bad
+        with pytest.raises(UsageError, match=msg):
+            spec.request()

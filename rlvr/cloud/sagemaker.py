@@ -101,7 +101,6 @@ class JobSpec:
     train_gpus: list[int] | None = None
     eval_gpus: list[int] | None = None
     sync_interval: float | None = None
-    tags: dict[str, str] = field(default_factory=dict)
 
     def hyperparameters(self) -> dict[str, str]:
         hp = {HP_CONFIG: self.config_name}
@@ -148,8 +147,6 @@ class JobSpec:
             "StoppingCondition": {"MaxRuntimeInSeconds": self.max_runtime_s},
             "Environment": self.environment(),
         }
-        if self.tags:
-            req["Tags"] = [{"Key": k, "Value": v} for k, v in sorted(self.tags.items())]
         return req
 
 

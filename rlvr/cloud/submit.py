@@ -159,6 +159,11 @@ class Submitter:
             self.jobs_uri = self.inputs_uri = None
         if o.push and self.image.registry:
             raise UsageError(f"--push pushes to this account's ECR: give --image REPOSITORY[:TAG], not {o.image}")
+        if o.local and o.instance_count > 1:
+            raise UsageError("--instance-count is for SageMaker; --local runs one container")
+        if o.eval_config and os.path.basename(o.eval_config) == os.path.basename(o.config):
+            raise UsageError("the config and --eval-config need different file names (they share the config channel)")
+        self.spec(self.image.local).request()  # hyperparameters within SageMaker's limits, before any work
 
     def spec(self, image_uri: str) -> JobSpec:
         o = self.o
