@@ -240,13 +240,14 @@ def run(p: Plan, job: JobEnv) -> int:
     finally:
         if p.ray_start:
             subprocess.run(["ray", "stop"])  # the other instances' `ray start --block` end with it
-        if sync is not None:
-            failed = sync.finish()
-            if failed:
-                log(f"{len(failed)} upload(s) failed, e.g. {failed[0][0]}: {failed[0][1]}")
-                rc = rc or 1
+        failed = sync.finish() if sync is not None else []
     if rc != 0:
         _failure(job, f"rlvr-train exited with status {rc}; see the job's log")
+    elif failed:
+        why = f"{len(failed)} upload(s) to {p.jobs_uri} failed, e.g. {failed[0][0]}: {failed[0][1]}"
+        log(why)
+        _failure(job, why)
+        rc = 1
     return rc
 
 
