@@ -552,3 +552,33 @@ def test_job_spec_hyperparameters():
         spec.sets = bad
         with pytest.raises(UsageError, match=msg):
             spec.request()
+
+
+def test_entrypoint_failure_is_reported_where_sagemaker_looks(tmp_path, monkeypatch):
+    from rlvr.cloud import entrypoint
+
+    write_opt_ml(str(tmp_path), {"rlvr_config": "missing.yaml"}, [TINY], [])
+    for k in [k for k in os.environ if k.startswith("SM_")]:
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("RLVR_OPT_ML", str(tmp_path))
+    monkeypatch.setenv("TRAINING_JOB_NAME", "job-fails")
+    with pytest.raises(SystemExit) as ex:
+        entrypoint.main(["train"])
+    assert ex.value.code == 2
+    assert "missing.yaml: not in the config channel" in (tmp_path / "output" / "failure").read_text()
+    with pytest.raises(SystemExit) as ex:
+        entrypoint.main(["serve"])
+    assert ex.value.code == 2
+    assert invoke("rlvr-submit", []).code == 2
+
+
+def test_job_sync_failures_are_returned_not_raised(s3env, tmp_path):
+    run = tmp_path / "run"
+    (run / "traces").mkdir(parents=True)
+    (run / "traces" / "trace.jsonl").write_text('{"step": 1}\n')
+    warnings = []
+    sync = JobSync(str(run), JobLayout("s3://rlvr-no-such-bucket-for-tests/x/", "job", "run"), interval=0.1,
+                   log=warnings.append).start()
+    failed = sync.finish(timeout=120)
+    assert failed and all("traces" in p or p.endswith("run") for p, _ in failed)
+    assert all("bucket" in m.lower() for _, m in failed), failed
