@@ -19,6 +19,7 @@ COMMANDS: dict[str, dict] = {
     "rlvr-s3-sync": {"module": "rlvr.commands.s3_sync", "records": False},
     "rlvr-rollout": {"module": "rlvr.commands.rollout", "records": True},
     "rlvr-eval": {"module": "rlvr.commands.eval", "records": False},
+    "rlvr-submit": {"module": "rlvr.commands.submit", "records": False},
 }
 
 

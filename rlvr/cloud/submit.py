@@ -1,0 +1,361 @@
+"""rlvr-submit's logic: check everything, then build/push the image, then send one request.
+
+Order of work, so that a failure leaves nothing half-submitted: (1) local checks (job name,
+config, eval config, GPUs, role and S3 prefix given), (2) docker and credentials present,
+(3) read-only AWS checks (role, bucket, ECR repository and tag), (4) docker build and push,
+(5) the config uploaded to s3://.../inputs/<job>/, (6) CreateTrainingJob (on failure the
+uploaded config is deleted again), (7) the job log row. --dry-run stops before (4) and sends
+nothing. --local runs the same image with docker on this machine, SageMaker's folders under
+LOCAL_DIR/<job>/ mounted as /opt/ml.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from rlvr.cloud import image as img
+from rlvr.cloud import joblog
+from rlvr.cloud.sagemaker import (CONFIG_CHANNEL, DEFAULT_INSTANCE, DEFAULT_PREFIX, JobSpec, check_job_name,
+                                  default_job_name, gpu_list, parse_gpus)
+from rlvr.errors import Failure, UsageError
+
+ROLE_RE = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
+CHANNEL_RE = re.compile(r"^[A-Za-z0-9\.\-_]{1,64}$")
+ROLE_ENV = "RLVR_SAGEMAKER_ROLE"
+S3_ENV = "RLVR_SAGEMAKER_S3"
+
+
+@dataclass
+class SubmitOptions:
+    config: str
+    name: str | None = None
+    prefix: str = DEFAULT_PREFIX
+    description: str = ""
+    job_log: str = joblog.DEFAULT_LOG
+    role: str | None = None
+    s3: str | None = None                # s3://BUCKET/PREFIX/: jobs under PREFIX/checkpoints/, inputs under PREFIX/inputs/
+    image: str = img.DEFAULT_IMAGE
+    instance_type: str = DEFAULT_INSTANCE
+    instance_count: int = 1
+    volume_gb: int = 500
+    max_hours: float = 120
+    sets: list[str] = field(default_factory=list)
+    env: list[str] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)
+    eval_config: str | None = None
+    train_gpus: str | None = None
+    eval_gpus: str | None = None
+    sync_interval: float | None = None
+    build: bool = False
+    push: bool = False
+    dockerfile: str | None = None
+    context: str | None = None
+    local: bool = False
+    gpus: str | None = None
+    local_dir: str = "results"
+    dry_run: bool = False
+    region: str | None = None
+    profile: str | None = None
+
+
+def _pairs(items: list[str], option: str) -> dict[str, str]:
+    out = {}
+    for it in items:
+        k, sep, v = it.partition("=")
+        if not sep or not k.strip():
+            raise UsageError(f"{option} {it!r}: expected NAME=VALUE")
+        out[k.strip()] = v
+    return out
+
+
+def _s3_parts(uri: str, option: str) -> tuple[str, str]:
+    from rlvr.s3 import parse_uri
+
+    try:
+        bucket, prefix = parse_uri(uri)
+    except Exception as e:  # noqa: BLE001 - rlvr.s3's usage error, whatever its class
+        raise UsageError(f"{option}: {e}") from None
+    return bucket, prefix.strip("/")
+
+
+def jobs_uri(s3: str) -> str:
+    bucket, prefix = _s3_parts(s3, "--s3")
+    return f"s3://{bucket}/{prefix + '/' if prefix else ''}checkpoints/"
+
+
+def inputs_uri(s3: str, job: str) -> str:
+    bucket, prefix = _s3_parts(s3, "--s3")
+    return f"s3://{bucket}/{prefix + '/' if prefix else ''}inputs/{job}/"
+
+
+class Submitter:
+    def __init__(self, o: SubmitOptions, out: Callable[[str], None], log: Callable[[str], None]):
+        self.o = o
+        self.out = out
+        self.log = log
+
+    # -- (1) local checks
+
+    def check(self) -> None:
+        o = self.o
+        if not os.path.isfile(o.config):
+            raise UsageError(f"{o.config}: no such config file")
+        from rlvr.config import load_config
+        from rlvr.train.config import TrainConfig
+
+        cfg = load_config(TrainConfig, o.config, list(o.sets))  # bad keys and values: exit 2 here, not in the job
+        path = str(cfg.model.path or "")
+        if not o.local and path not in ("tiny",) and not path.startswith("s3://") and os.path.exists(path):
+            self.log(f"warning: model.path {path} is a local path: the job cannot see this machine's files "
+                     "(use s3://... or a hub name, or --input model=s3://...)")
+        self.name = check_job_name(o.name) if o.name else default_job_name(o.prefix)
+        self.eval_spec = None
+        if o.eval_config:
+            from rlvr.cloud.evalspec import load_eval_config
+
+            self.eval_spec = load_eval_config(o.eval_config)
+        self.train_gpus = parse_gpus(o.train_gpus, "--train-gpus")
+        self.eval_gpus = parse_gpus(o.eval_gpus, "--eval-gpus")
+        if o.eval_gpus and not o.eval_config:
+            raise UsageError("--eval-gpus needs --eval-config")
+        if o.eval_config and (self.train_gpus is None or self.eval_gpus is None):
+            raise UsageError("--eval-config needs --train-gpus and --eval-gpus (e.g. 0-5 and 6-7)")
+        if self.train_gpus and self.eval_gpus and set(self.train_gpus) & set(self.eval_gpus):
+            raise UsageError(f"--train-gpus {gpu_list(self.train_gpus)} and --eval-gpus {gpu_list(self.eval_gpus)} overlap")
+        self.local_gpus = parse_gpus(o.gpus, "--gpus") if o.gpus not in (None, "all") else None
+        if o.gpus and not o.local:
+            raise UsageError("--gpus is for --local (on SageMaker the instance type decides)")
+        self.env = _pairs(o.env, "--env")
+        self.channels = _pairs(o.inputs, "--input")
+        for n, uri in self.channels.items():
+            if n == CONFIG_CHANNEL or not CHANNEL_RE.match(n):
+                raise UsageError(f"--input {n}: channel names are 1-64 of A-Z a-z 0-9 . - _ and not {CONFIG_CHANNEL!r}")
+            if o.local and uri.startswith("s3://"):
+                raise UsageError(f"--input {n}={uri}: with --local, inputs are local folders")
+            if not o.local and not uri.startswith("s3://"):
+                raise UsageError(f"--input {n}={uri}: expected an s3:// prefix")
+            if o.local and not os.path.isdir(uri):
+                raise UsageError(f"--input {n}={uri}: no such folder")
+        self.image = img.ImageRef.parse(o.image)
+        self.role = o.role or os.environ.get(ROLE_ENV)
+        if not o.local:
+            if not self.role:
+                raise UsageError(f"no IAM role for the job: give --role ARN or set {ROLE_ENV}")
+            if not ROLE_RE.match(self.role):
+                raise UsageError(f"--role {self.role!r} is not an IAM role ARN (arn:aws:iam::ACCOUNT:role/NAME)")
+            if not o.s3:
+                raise UsageError(f"no S3 prefix for the job's inputs and outputs: give --s3 s3://BUCKET/PREFIX/ "
+                                 f"or set {S3_ENV}")
+        if o.s3:
+            self.jobs_uri = jobs_uri(o.s3)
+            self.inputs_uri = inputs_uri(o.s3, self.name)
+        else:
+            self.jobs_uri = self.inputs_uri = None
+        if o.push and self.image.registry:
+            raise UsageError(f"--push pushes to this account's ECR: give --image REPOSITORY[:TAG], not {o.image}")
+        if o.local and o.instance_count > 1:
+            raise UsageError("--instance-count is for SageMaker; --local runs one container")
+        if o.eval_config and os.path.basename(o.eval_config) == os.path.basename(o.config):
+            raise UsageError("the config and --eval-config need different file names (they share the config channel)")
+        self.spec(self.image.local).request()  # hyperparameters within SageMaker's limits, before any work
+
+    def spec(self, image_uri: str) -> JobSpec:
+        o = self.o
+        return JobSpec(name=self.name, config_name=os.path.basename(o.config), image=image_uri, role=self.role or "",
+                       jobs_uri=self.jobs_uri or "", inputs_uri=self.inputs_uri or "",
+                       instance_type=o.instance_type, instance_count=o.instance_count, volume_gb=o.volume_gb,
+                       max_runtime_s=int(o.max_hours * 3600), sets=list(o.sets), env=self.env,
+                       channels=self.channels if not o.local else {},
+                       eval_config_name=os.path.basename(o.eval_config) if o.eval_config else None,
+                       train_gpus=self.train_gpus, eval_gpus=self.eval_gpus, sync_interval=o.sync_interval)
+
+    # -- the whole flow
+
+    def run(self) -> dict:
+        self.check()
+        docker = img.Docker(dry_run=self.o.dry_run, log=self.log)
+        if self.o.build or self.o.push or self.o.local:
+            docker.require()
+        if self.o.local:
+            return self._local(docker)
+        return self._sagemaker(docker)
+
+    def _build(self, docker: img.Docker) -> None:
+        if not self.o.build:
+            return
+        context = self.o.context or _project_root()
+        img.build(docker, self.image, context, self.o.dockerfile)
+
+    def _sagemaker(self, docker: img.Docker) -> dict:
+        from rlvr.cloud.aws import Aws, as_failure, call, error_code
+
+        o = self.o
+        aws = Aws(o.region, o.profile)
+        if o.dry_run:
+            try:
+                registry = f"{aws.account()}.dkr.ecr.{aws.require_region()}.amazonaws.com"
+            except (Failure, UsageError) as e:
+                self.log(f"dry run: cannot look up the account ({e}); the image URI shows ACCOUNT and REGION")
+                registry = f"ACCOUNT.dkr.ecr.{aws.region or 'REGION'}.amazonaws.com"
+            uri = self.image.uri(registry)
+            self._build(docker)
+            if o.push:
+                docker.run(["login", "--username", "AWS", "--password-stdin", f"https://{uri.split('/')[0]}"], "login")
+                img.push(docker, self.image, uri)
+            request = self.spec(uri).request()
+            self.log(f"would upload {o.config}" + (f" and {o.eval_config}" if o.eval_config else "")
+                     + f" to {self.inputs_uri}")
+            self.out(json.dumps(request, indent=2))
+            return request
+        aws.require_region()
+        aws.require_credentials()
+        # (3) read-only checks
+        iam = aws.client("iam")
+        role_name = self.role.split(":role/", 1)[1].rsplit("/", 1)[-1]
+        try:
+            iam.get_role(RoleName=role_name)
+        except Exception as e:  # noqa: BLE001
+            code = error_code(e)
+            if code == "NoSuchEntity":
+                raise Failure(f"IAM role {self.role} does not exist (see docs/cloud.md for the role SageMaker needs)") from None
+            if code in ("AccessDenied", "AccessDeniedException"):
+                self.log(f"warning: cannot check the role ({code}: iam:GetRole not allowed); SageMaker will")
+            else:
+                raise as_failure(e, "iam GetRole") from None
+        sm = aws.client("sagemaker")
+        try:
+            sm.describe_training_job(TrainingJobName=self.name)
+            taken = True
+        except Exception as e:  # noqa: BLE001
+            if error_code(e) not in ("ValidationException", "ResourceNotFound"):
+                raise as_failure(e, f"sagemaker DescribeTrainingJob {self.name}") from None
+            taken = False
+        if taken:
+            raise Failure(f"a training job named {self.name} already exists (names are unique per account "
+                          "and region: choose another --name)")
+        from rlvr.s3 import make_client
+
+        bucket, _ = _s3_parts(o.s3, "--s3")
+        s3 = make_client()
+        call(lambda: s3.head_bucket(Bucket=bucket), f"s3 HeadBucket {bucket}",
+             {"404": f"S3 bucket {bucket} does not exist (--s3 {o.s3})", "NoSuchBucket": f"S3 bucket {bucket} does not exist",
+              "403": f"S3 bucket {bucket}: access denied"})
+        if self.image.registry is None:  # a repository of this account's ECR
+            uri = f"{img.ecr_repository(aws, self.image.repository, create=o.push)}:{self.image.tag}"
+            if not o.push:
+                img.ecr_require_tag(aws, self.image.repository, self.image.tag)
+        else:  # a full image URI: SageMaker pulls it as it is
+            uri = self.image.uri()
+        # (4) image
+        self._build(docker)
+        if o.push:
+            img.ecr_login(aws, docker)
+            img.push(docker, self.image, uri)
+        # (5) inputs, (6) the request
+        spec = self.spec(uri)
+        request = spec.request()
+        ib, ip = _s3_parts(self.inputs_uri, "--s3")
+        uploaded = []
+        try:
+            for path in [o.config, *([o.eval_config] if o.eval_config else [])]:
+                key = f"{ip}/{os.path.basename(path)}"
+                with open(path, "rb") as fh:
+                    call(lambda: s3.put_object(Bucket=ib, Key=key, Body=fh.read()), f"s3 PutObject s3://{ib}/{key}")
+                uploaded.append(key)
+            arn = call(lambda: sm.create_training_job(**request), f"sagemaker CreateTrainingJob {self.name}",
+                       {"ResourceInUse": f"a training job named {self.name} already exists (choose another --name)"})
+        except BaseException:
+            for key in uploaded:
+                try:
+                    s3.delete_object(Bucket=ib, Key=key)
+                except Exception:  # noqa: BLE001 - best effort: the failure being raised matters more
+                    pass
+            raise
+        arn = arn["TrainingJobArn"]
+        # (7) the job log
+        where = f"sagemaker {aws.region} {o.instance_type} x{o.instance_count}"
+        joblog.append(o.job_log, self.name, o.config, o.description, where)
+        result = {"job": self.name, "arn": arn, "image": uri, "s3": f"{self.jobs_uri}{self.name}/",
+                  "job_log": o.job_log}
+        self.out(json.dumps(result))
+        self.log(f"submitted {self.name}; follow it with: rlvr-s3-sync watch {self.name} --src {self.jobs_uri} "
+                 f"--dest results/   fetch it with: rlvr-s3-sync pull {self.jobs_uri}{self.name} results/")
+        return result
+
+    def _local(self, docker: img.Docker) -> dict:
+        o = self.o
+        opt_ml = os.path.join(o.local_dir, self.name)
+        spec = self.spec(self.image.local)
+        hps = spec.hyperparameters()
+        env = {"TRAINING_JOB_NAME": self.name, **self.env}
+        if self.jobs_uri:
+            env["RLVR_JOB_S3"] = self.jobs_uri
+        mounts = {path: f"/opt/ml/input/data/{n}" for n, path in self.channels.items()}
+        args = img.local_run_args(self.image.local, self.name, opt_ml, self.local_gpus, env, mounts)
+        if o.gpus == "all":
+            i = args.index("--entrypoint")
+            args[i:i] = ["--gpus", "all"]
+        if o.dry_run:
+            self._build(docker)
+            self.out(json.dumps({"job": self.name, "opt_ml": opt_ml, "hyperparameters": hps, "docker": args}, indent=2))
+            return {"docker": args}
+        if os.path.exists(opt_ml):
+            raise UsageError(f"{opt_ml} exists: choose another --name or --local-dir")
+        self._build(docker)
+        write_opt_ml(opt_ml, hps, [o.config, *([o.eval_config] if o.eval_config else [])], list(self.channels))
+        where = "local " + (f"gpus {o.gpus}" if o.gpus else "cpu")
+        joblog.append(o.job_log, self.name, o.config, o.description, where)
+        self.out(json.dumps({"job": self.name, "opt_ml": opt_ml, "run_folder": os.path.join(opt_ml, "model")}))
+        docker.run(args, f"the job's container {self.name}")
+        return {"job": self.name, "opt_ml": opt_ml}
+
+
+def write_opt_ml(opt_ml: str, hps: dict[str, str], configs: list[str], channels: list[str]) -> None:
+    """SageMaker's /opt/ml layout for one host: input/config/*.json, the config channel, model/, output/."""
+    cfg_dir = os.path.join(opt_ml, "input", "config")
+    chan = os.path.join(opt_ml, "input", "data", CONFIG_CHANNEL)
+    for d in (cfg_dir, chan, os.path.join(opt_ml, "model"), os.path.join(opt_ml, "output")):
+        os.makedirs(d, exist_ok=True)
+    for path in configs:
+        shutil.copyfile(path, os.path.join(chan, os.path.basename(path)))
+
+    def dump(name: str, obj) -> None:
+        with open(os.path.join(cfg_dir, name), "w") as fh:
+            json.dump(obj, fh, indent=2)
+
+    dump("hyperparameters.json", hps)
+    dump("inputdataconfig.json", {n: {"TrainingInputMode": "File", "S3DistributionType": "FullyReplicated"}
+                                  for n in [CONFIG_CHANNEL, *channels]})
+    dump("resourceconfig.json", {"current_host": "algo-1", "hosts": ["algo-1"]})
+
+
+def _project_root() -> str:
+    from rlvr.runs import code_repo
+
+    root = code_repo()
+    if root is None or not os.path.isfile(os.path.join(root, img.DOCKERFILE)):
+        here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        if os.path.isfile(os.path.join(here, img.DOCKERFILE)):
+            return here
+        raise UsageError("--build: cannot find the project's Dockerfile; give --context DIR")
+    return root
+
+
+def describe(name: str, region: str | None = None, profile: str | None = None) -> dict:
+    from rlvr.cloud.aws import Aws
+    from rlvr.cloud.sagemaker import describe as sm_describe
+
+    aws = Aws(region, profile)
+    aws.require_region()
+    aws.require_credentials()
+    return sm_describe(aws, name)
+
+
+def stderr_log(prog: str) -> Callable[[str], None]:
+    return lambda m: print(f"{prog}: {m}", file=sys.stderr, flush=True)

@@ -1,0 +1,584 @@
+"""rlvr-submit and the in-job entrypoint (rlvr.cloud).
+
+SageMaker, ECR, IAM and STS calls go to moto's server mode (a real HTTP server in its own
+process, `moto_server`: CreateTrainingJob, DescribeTrainingJob, ListTrainingJobs, ECR
+CreateRepository/DescribeRepositories/DescribeImages/GetAuthorizationToken, IAM GetRole, STS
+GetCallerIdentity all ran against it; moto 5 answers StopTrainingJob with HTTP 500, so
+stopping is not tested). S3 goes to the S3 test server (tests/s3server.py: Ceph RGW or moto).
+docker is tests/fakes/bin/docker, which records its arguments and fails on request. The
+end-to-end test runs the entrypoint in a simulated SageMaker container (SageMaker's folders
+and variables in a tmp dir) on the tiny CPU config and finds its outputs with rlvr-s3-sync pull.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+
+import pytest
+
+from helpers import REPO, invoke
+from s3_fixtures import bucket, s3env, s3server  # noqa: F401 - fixtures
+import s3server as _s3server
+
+from rlvr.cloud import joblog
+from rlvr.cloud.entrypoint import JobEnv, plan
+from rlvr.cloud.layout import JobLayout, JobSync
+from rlvr.cloud.sagemaker import check_job_name, default_job_name, parse_gpus
+from rlvr.cloud.submit import write_opt_ml
+from rlvr.errors import UsageError
+
+TINY = os.path.join(REPO, "configs", "tiny-cpu.yaml")
+FAKES = os.path.join(REPO, "tests", "fakes", "bin")
+SERVICES = ("SAGEMAKER", "ECR", "IAM", "STS")
+
+
+@pytest.fixture(scope="module")
+def aws_server(tmp_path_factory):
+    """moto's server for SageMaker, ECR, IAM and STS (its own process)."""
+    srv = _s3server.start(str(tmp_path_factory.mktemp("moto-aws")), "moto")
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def aws(aws_server, s3env, bucket, monkeypatch, tmp_path):
+    """Environment: S3 on the S3 test server, the other services on moto; a role; the fake docker."""
+    for svc in SERVICES:
+        monkeypatch.setenv(f"AWS_ENDPOINT_URL_{svc}", aws_server.endpoint_url)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("PATH", FAKES + os.pathsep + os.environ["PATH"])
+    monkeypatch.setenv("FAKE_DOCKER_LOG", str(tmp_path / "docker.jsonl"))
+    monkeypatch.delenv("FAKE_DOCKER_FAIL", raising=False)
+    import boto3
+
+    def client(svc):
+        return boto3.client(svc, endpoint_url=aws_server.endpoint_url, region_name="us-east-1")
+
+    iam = client("iam")
+    name = f"sm-{bucket}"
+    role = iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(
+        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": "sagemaker.amazonaws.com"},
+                                                 "Action": "sts:AssumeRole"}]}))["Role"]["Arn"]
+
+    class Env:
+        pass
+
+    e = Env()
+    e.role, e.bucket, e.client, e.s3 = role, bucket, client, s3env.client()
+    e.s3uri = f"s3://{bucket}/rlvr/"
+    e.log = str(tmp_path / "job_log.md")
+    e.docker_log = tmp_path / "docker.jsonl"
+    e.repo = f"rlvr-{bucket}"
+    return e
+
+
+def docker_calls(e) -> list[dict]:
+    if not e.docker_log.exists():
+        return []
+    return [json.loads(ln) for ln in e.docker_log.read_text().splitlines()]
+
+
+def jobs(e) -> list[str]:
+    return [j["TrainingJobName"] for j in e.client("sagemaker").list_training_jobs(MaxResults=100)["TrainingJobSummaries"]]
+
+
+def keys(e, prefix="") -> list[str]:
+    r = e.s3.list_objects_v2(Bucket=e.bucket, Prefix=prefix)
+    return sorted(o["Key"] for o in r.get("Contents", []))
+
+
+def submit(e, *args):
+    return invoke("rlvr-submit", [TINY, "--role", e.role, "--s3", e.s3uri, "--job-log", e.log,
+                                  "--image", f"{e.repo}:v1", *args])
+
+
+# ----------------------------------------------------------------------------- names, log, plan
+
+def test_job_name_rule():
+    for ok in ("a", "A1", "annotations-adhoc-20261123-101500", "a--b", "x" * 63):
+        assert check_job_name(ok) == ok
+    for bad in ("", "-a", "a-", "a_b", "a.b", "a b", "x" * 64, "jöb"):
+        with pytest.raises(UsageError, match="SageMaker's rule"):
+            check_job_name(bad)
+    import datetime as dt
+
+    assert default_job_name("annotations-adhoc", dt.datetime(2026, 11, 23, 10, 15, 0)) == "annotations-adhoc-20261123-101500"
+    with pytest.raises(UsageError, match="--prefix"):
+        default_job_name("x" * 48)
+    with pytest.raises(UsageError, match="--prefix"):
+        default_job_name("bad_prefix")
+    assert parse_gpus("0-5", "--train-gpus") == [0, 1, 2, 3, 4, 5]
+    assert parse_gpus("6,7", "x") == [6, 7] and parse_gpus("0-1,4", "x") == [0, 1, 4]
+    with pytest.raises(UsageError):
+        parse_gpus("3-1", "x")
+
+
+def test_job_log_rows(tmp_path):
+    path = str(tmp_path / "docs" / "job_log.md")
+    joblog.append(path, "rlvr-20261123-101500", "configs/a.yaml", "lr sweep | 1e-6", "sagemaker")
+    joblog.append(path, "rlvr-20261123-101501", "configs/b.yaml", "multi\nline", "local")
+    text = open(path).read()
+    assert text.startswith("# Job log") and text.count("|---|---|---|---|---|\n") == 1
+    rows = joblog.rows(path)
+    assert [r["job"] for r in rows] == ["rlvr-20261123-101500", "rlvr-20261123-101501"]
+    assert rows[0]["description"] == "lr sweep | 1e-6" and rows[1]["description"] == "multi line"
+    assert rows[0]["config"] == "configs/a.yaml" and rows[0]["submitted"][:2] == "20"
+
+
+# ----------------------------------------------------------------------------- usage errors: nothing sent
+
+def test_bad_name_is_refused_before_anything(aws):
+    r = submit(aws, "--name", "my_job.v2", "--push", "--build")
+    assert r.code == 2 and "SageMaker's rule" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert docker_calls(aws) == [] and not os.path.exists(aws.log) and keys(aws) == []
+    assert "my_job.v2" not in jobs(aws)
+
+
+def test_missing_role_and_s3_are_usage_errors(aws, monkeypatch):
+    monkeypatch.delenv("RLVR_SAGEMAKER_ROLE", raising=False)
+    r = invoke("rlvr-submit", [TINY, "--s3", aws.s3uri, "--job-log", aws.log])
+    assert r.code == 2 and "no IAM role" in r.stderr
+    r = invoke("rlvr-submit", [TINY, "--role", aws.role, "--job-log", aws.log])
+    assert r.code == 2 and "--s3" in r.stderr
+    r = invoke("rlvr-submit", [TINY, "--role", "sagemaker-role", "--s3", aws.s3uri, "--job-log", aws.log])
+    assert r.code == 2 and "not an IAM role ARN" in r.stderr
+    r = submit(aws, "--set", "train.nope=1")
+    assert r.code == 2 and "train.nope" in r.stderr
+    r = submit(aws, "--set", "rlvr_config=other.yaml", "--build", "--push")
+    assert r.code == 2 and "rlvr_config" in r.stderr
+    assert not os.path.exists(aws.log) and keys(aws) == [] and docker_calls(aws) == []
+
+
+def test_role_that_does_not_exist(aws):
+    r = invoke("rlvr-submit", [TINY, "--role", "arn:aws:iam::123456789012:role/nobody", "--s3", aws.s3uri,
+                               "--job-log", aws.log, "--name", "no-role-job"])
+    assert r.code == 1 and "role" in r.stderr and "does not exist" in r.stderr
+    assert "no-role-job" not in jobs(aws) and not os.path.exists(aws.log)
+
+
+def test_missing_repository_without_push(aws):
+    r = submit(aws, "--name", "no-repo-job")
+    assert r.code == 1 and f"ECR repository '{aws.repo}' does not exist" in r.stderr and "--push" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert "no-repo-job" not in jobs(aws) and keys(aws) == [] and not os.path.exists(aws.log)
+    aws.client("ecr").create_repository(repositoryName=aws.repo)  # a repository without the tag
+    r = submit(aws, "--name", "no-image-job")
+    assert r.code == 1 and "no image tagged 'v1'" in r.stderr
+    assert "no-image-job" not in jobs(aws)
+
+
+def test_no_credentials(aws, monkeypatch):
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
+    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.delenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", raising=False)
+    monkeypatch.delenv("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", raising=False)
+    r = submit(aws, "--name", "no-creds-job", "--push")
+    assert r.code == 1 and "no AWS credentials" in r.stderr and docker_calls(aws) == []
+
+
+def test_no_docker(aws, monkeypatch, tmp_path):
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    for args in (["--build"], ["--push"], ["--local"]):
+        r = submit(aws, "--name", "no-docker-job", *args)
+        assert r.code == 1 and "docker not found on PATH" in r.stderr, (args, r.stderr)
+    assert "no-docker-job" not in jobs(aws) and not os.path.exists(aws.log)
+
+
+# ----------------------------------------------------------------------------- submit, describe, dry run
+
+def test_dry_run_sends_nothing(aws):
+    r = submit(aws, "--dry-run", "--name", "dry-job", "--set", "train.lr=1e-6", "--build", "--push", "--instance-count", "2",
+               "--eval-config", str(eval_config(aws)), "--train-gpus", "0-5", "--eval-gpus", "6-7")
+    assert r.code == 0, r.stderr
+    req = json.loads(r.stdout)
+    assert req.get("TrainingJobName") == "dry-job", r.stdout
+    assert req["AlgorithmSpecification"]["TrainingImage"] == f"123456789012.dkr.ecr.us-east-1.amazonaws.com/{aws.repo}:v1"
+    assert req["HyperParameters"] == {"rlvr_config": "tiny-cpu.yaml", "train.lr": "1e-6",
+                                      "rlvr_eval_config": "eval.yaml", "rlvr_train_gpus": "0,1,2,3,4,5",
+                                      "rlvr_eval_gpus": "6,7"}
+    assert req["ResourceConfig"] == {"InstanceType": "ml.p4de.24xlarge", "InstanceCount": 2, "VolumeSizeInGB": 500}
+    assert req["OutputDataConfig"]["S3OutputPath"] == f"s3://{aws.bucket}/rlvr/checkpoints/"
+    assert req["Environment"]["RLVR_JOB_S3"] == f"s3://{aws.bucket}/rlvr/checkpoints/"
+    assert "would run: docker build" in r.stderr and "would run: docker push" in r.stderr
+    assert docker_calls(aws) == [] and keys(aws) == [] and not os.path.exists(aws.log)
+    assert "dry-job" not in jobs(aws)
+    with pytest.raises(Exception, match="RepositoryNotFound"):
+        aws.client("ecr").describe_repositories(repositoryNames=[aws.repo])
+
+
+def eval_config(aws) -> str:
+    path = os.path.join(os.path.dirname(aws.log), "eval.yaml")
+    with open(path, "w") as fh:
+        fh.write("benchmarks: [toy]\ninterval: 5\nargs: [--engine, hf, --dtype, float32]\n")
+    return path
+
+
+def test_submit_build_push_describe(aws):
+    r = submit(aws, "--name", "annotations-adhoc-1", "--build", "--push", "-d", "gsm8k | lr 1e-6",
+               "--set", "train.lr=1e-6", "--input", f"data=s3://{aws.bucket}/datasets/")
+    assert r.code == 0, r.stderr
+    out = json.loads(r.stdout)
+    uri = aws.client("ecr").describe_repositories(repositoryNames=[aws.repo])["repositories"][0]["repositoryUri"]
+    assert out["job"] == "annotations-adhoc-1" and out["image"] == f"{uri}:v1"
+    assert out["s3"] == f"s3://{aws.bucket}/rlvr/checkpoints/annotations-adhoc-1/"
+    # docker: build, login with the password on stdin only, tag, push
+    calls = docker_calls(aws)
+    assert [c["argv"][0] for c in calls] == ["build", "login", "tag", "push"]
+    assert calls[0]["argv"][:3] == ["build", "-t", f"{aws.repo}:v1"] and calls[0]["argv"][4].endswith("Dockerfile")
+    login = calls[1]
+    assert "--password-stdin" in login["argv"] and login["stdin"] and login["stdin"] not in " ".join(login["argv"])
+    assert calls[2]["argv"] == ["tag", f"{aws.repo}:v1", f"{uri}:v1"] and calls[3]["argv"] == ["push", f"{uri}:v1"]
+    # the job as SageMaker has it
+    d = aws.client("sagemaker").describe_training_job(TrainingJobName="annotations-adhoc-1")
+    assert d["AlgorithmSpecification"]["TrainingImage"] == f"{uri}:v1"
+    assert d["AlgorithmSpecification"]["ContainerEntrypoint"] == ["python3", "-m", "rlvr.cloud.entrypoint"]
+    assert d["HyperParameters"] == {"rlvr_config": "tiny-cpu.yaml", "train.lr": "1e-6"}
+    assert d["RoleArn"] == aws.role
+    assert {c["ChannelName"] for c in d["InputDataConfig"]} == {"config", "data"}
+    # the config is in its channel, byte for byte
+    key = "rlvr/inputs/annotations-adhoc-1/tiny-cpu.yaml"
+    assert keys(aws) == [key]
+    assert aws.s3.get_object(Bucket=aws.bucket, Key=key)["Body"].read() == open(TINY, "rb").read()
+    rows = joblog.rows(aws.log)
+    assert len(rows) == 1 and rows[0]["job"] == "annotations-adhoc-1" and rows[0]["config"] == TINY
+    assert rows[0]["description"] == "gsm8k | lr 1e-6" and "ml.p4de.24xlarge" in rows[0]["where"]
+    # describe
+    r = invoke("rlvr-submit", ["--describe", "annotations-adhoc-1"])
+    assert r.code == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["TrainingJobName"] == "annotations-adhoc-1" and info["TrainingJobStatus"]
+    assert info["Image"] == f"{uri}:v1"
+    r = invoke("rlvr-submit", ["--describe", "never-submitted"])
+    assert r.code == 1 and "no training job named 'never-submitted'" in r.stderr
+    # the same name again: refused (ResourceInUse), the first job's config stays, no second row
+    r = submit(aws, "--name", "annotations-adhoc-1", "--push")
+    assert r.code == 1 and "already exists" in r.stderr, r.stderr
+    assert keys(aws) == [key] and len(joblog.rows(aws.log)) == 1
+    assert len(docker_calls(aws)) == 4  # refused before any build or push
+
+
+def test_failed_push_submits_nothing(aws, monkeypatch):
+    monkeypatch.setenv("FAKE_DOCKER_FAIL", "push")
+    r = submit(aws, "--name", "push-fails", "--push")
+    assert r.code == 1 and "docker push" in r.stderr and "failed on request" in r.stderr
+    assert "push-fails" not in jobs(aws) and keys(aws) == [] and not os.path.exists(aws.log)
+
+
+def json_error(code: str, message: str) -> bytes:
+    """A complete HTTP 400 answer of a JSON-protocol AWS service (SageMaker, ECR)."""
+    body = json.dumps({"__type": code, "message": message}).encode()
+    return (f"HTTP/1.1 400 Bad Request\r\nContent-Type: application/x-amz-json-1.1\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n").encode() + body
+
+
+def test_refused_create_removes_uploaded_config(aws, aws_server, monkeypatch):
+    # SageMaker in front of moto through a relay that answers the first two requests itself:
+    # DescribeTrainingJob (the name is free), then CreateTrainingJob refused, as SageMaker
+    # refuses e.g. an instance type the account has no quota for.
+    from s3server import FaultRelay
+
+    relay = FaultRelay(aws_server.endpoint_url, [
+        json_error("ValidationException", "Requested resource not found"),
+        json_error("ResourceLimitExceeded", "The account-level service limit 'ml.p4de.24xlarge for training job usage' is 0 Instances")])
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER", relay.endpoint_url)
+    try:
+        r = submit(aws, "--name", "refused-job", "--push")
+    finally:
+        relay.close()
+    assert relay.injected == 2
+    assert r.code == 1 and "CreateTrainingJob refused-job: ResourceLimitExceeded" in r.stderr
+    assert keys(aws) == [] and not os.path.exists(aws.log)  # the config that went up is gone again
+
+
+# ----------------------------------------------------------------------------- --local and the entrypoint's plan
+
+def test_local_runs_the_image_with_sagemakers_layout(aws, tmp_path, monkeypatch):
+    local = tmp_path / "results"
+    data = tmp_path / "data"
+    data.mkdir()
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIASECRETVALUE0001")
+    r = invoke("rlvr-submit", [TINY, "--local", "--gpus", "0,1,2,3", "--name", "local-1", "--local-dir", str(local),
+                               "--job-log", aws.log, "--build", "--set", "train.steps=3", "--input", f"data={data}",
+                               "--eval-config", eval_config(aws), "--train-gpus", "0-2", "--eval-gpus", "3",
+                               "--s3", aws.s3uri, "-d", "smoke"])
+    assert r.code == 0, r.stderr
+    calls = docker_calls(aws)
+    assert [c["argv"][0] for c in calls] == ["build", "run"]
+    run = calls[1]["argv"]
+    opt_ml = str(local / "local-1")
+    assert run[run.index("--gpus") + 1] == '"device=0,1,2,3"'
+    assert f"{opt_ml}:/opt/ml" in run and f"{data}:/opt/ml/input/data/data:ro" in run
+    assert "TRAINING_JOB_NAME=local-1" in run and f"RLVR_JOB_S3=s3://{aws.bucket}/rlvr/checkpoints/" in run
+    assert "AWS_ACCESS_KEY_ID" in run and "AKIASECRETVALUE0001" not in " ".join(run)  # passed by name only
+    assert run[run.index("--entrypoint") + 1:] == ["python3", "rlvr:latest", "-m", "rlvr.cloud.entrypoint"]
+    rows = joblog.rows(aws.log)
+    assert rows[-1]["job"] == "local-1" and rows[-1]["where"] == "local gpus 0,1,2,3"
+    # the folder is what the entrypoint reads inside the container (as /opt/ml)
+    job = JobEnv.read({"RLVR_OPT_ML": opt_ml, "TRAINING_JOB_NAME": "local-1"})
+    assert job.job == "local-1" and job.model_dir == os.path.join(opt_ml, "model")
+    assert set(job.channels) == {"config", "data"}
+    import datetime as dt
+
+    p = plan(job, {"RLVR_JOB_S3": "s3://b/rlvr/checkpoints/", "PATH": "/usr/bin"}, now=dt.datetime(2026, 11, 23, 10, 15))
+    assert p.run_dir == os.path.join(opt_ml, "model", "tiny-cpu_20261123-101500")
+    assert p.config == os.path.join(opt_ml, "input", "data", "config", "tiny-cpu.yaml")
+    assert open(p.config, "rb").read() == open(TINY, "rb").read()
+    assert p.train_cmd[1:] == ["-m", "rlvr.commands.train", p.config, "--run-dir", p.run_dir, "--set", "train.steps=3"]
+    assert p.train_env["CUDA_VISIBLE_DEVICES"] == "0,1,2"
+    assert p.train_env["RLVR_DATA_DIR"] == os.path.join(opt_ml, "input", "data", "data")
+    assert p.eval_cmd[1:] == ["-m", "rlvr.commands.eval", "--watch", os.path.join(p.run_dir, "checkpoints", "step_*"),
+                              os.path.join(p.run_dir, "evals"), "--interval", "5", "-b", "toy", "--gpus", "3",
+                              "--engine", "hf", "--dtype", "float32"]
+    assert p.jobs_uri == "s3://b/rlvr/checkpoints/" and p.sync_interval == 10
+    # a second run under the same name would mix two jobs in one folder
+    r = invoke("rlvr-submit", [TINY, "--local", "--name", "local-1", "--local-dir", str(local), "--job-log", aws.log])
+    assert r.code == 2 and "exists" in r.stderr
+
+
+def test_local_container_failure_is_exit_1(aws, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_DOCKER_FAIL", "run")
+    r = invoke("rlvr-submit", [TINY, "--local", "--name", "local-2", "--local-dir", str(tmp_path), "--job-log", aws.log])
+    assert r.code == 1 and "container local-2 failed" in r.stderr
+
+
+def test_entrypoint_reads_the_toolkit_variables(tmp_path):
+    chan = tmp_path / "cfg"
+    chan.mkdir()
+    shutil.copy(TINY, chan / "tiny-cpu.yaml")
+    env = {"SM_HPS": json.dumps({"rlvr_config": "tiny-cpu.yaml", "train.lr": 0.001, "rollout.n": 4,
+                                 "rlvr_sync_interval": "2", "sagemaker_program": "x"}),
+           "SM_CHANNEL_CONFIG": str(chan), "SM_CHANNEL_MODEL": "/opt/ml/input/data/model",
+           "SM_MODEL_DIR": str(tmp_path / "model"), "SM_TRAINING_ENV": json.dumps({"job_name": "job-7"}),
+           "RLVR_OPT_ML": str(tmp_path / "nothing-here"), "RLVR_RUN_DIR": "/elsewhere"}
+    job = JobEnv.read(env)
+    assert job.job == "job-7" and job.model_dir == str(tmp_path / "model")
+    p = plan(job, env)
+    assert p.sync_interval == 2 and p.jobs_uri is None and p.eval_cmd is None and "RLVR_RUN_DIR" not in p.train_env
+    assert p.train_cmd[-6:] == ["--set", "rollout.n=4", "--set", "train.lr=0.001", "--set",
+                                "model.path=/opt/ml/input/data/model"]
+    for bad, msg in ((dict(env, SM_HPS="{}"), "rlvr_config"), (dict(env, SM_HPS='{"rlvr_config": "../x.yaml"}'), "file name"),
+                     (dict(env, SM_HPS='{"rlvr_config": "other.yaml"}'), "not in the config channel")):
+        with pytest.raises(UsageError, match=msg):
+            plan(JobEnv.read(bad), bad)
+    with pytest.raises(UsageError, match="no job name"):
+        JobEnv.read({k: v for k, v in env.items() if k != "SM_TRAINING_ENV"})
+    assert not p.worker and p.ray_start is None and "--ray-address" not in p.train_cmd
+
+
+def test_entrypoint_plans_one_ray_cluster_over_several_instances(tmp_path):
+    write_opt_ml(str(tmp_path), {"rlvr_config": "tiny-cpu.yaml"}, [TINY], [])
+    with open(tmp_path / "input" / "config" / "resourceconfig.json", "w") as fh:
+        json.dump({"current_host": "algo-2", "hosts": ["algo-1", "algo-2"]}, fh)
+    env = {"RLVR_OPT_ML": str(tmp_path), "TRAINING_JOB_NAME": "multi-1"}
+    worker = plan(JobEnv.read(env), env)
+    assert worker.worker and worker.nodes == 2
+    assert worker.ray_start == ["ray", "start", "--address=algo-1:6379", "--block", "--disable-usage-stats"]
+    head_env = dict(env, SM_CURRENT_HOST="algo-1")
+    head = plan(JobEnv.read(head_env), head_env)
+    assert not head.worker and head.ray_start[:3] == ["ray", "start", "--head"]
+    assert head.train_cmd[-2:] == ["--ray-address", "algo-1:6379"]
+    with pytest.raises(UsageError, match="not among the job's hosts"):
+        JobEnv.read(dict(env, SM_CURRENT_HOST="algo-9"))
+
+
+# ----------------------------------------------------------------------------- the job's S3 layout
+
+def wait_for(what: str, cond, bound: float = 120.0):
+    """Wait until cond() is truthy; the bound only guards against a hang."""
+    deadline = time.monotonic() + bound
+    while True:
+        v = cond()
+        if v:
+            return v
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.1)
+
+
+def s3_text(e, key: str) -> str | None:
+    try:
+        return e.s3.get_object(Bucket=e.bucket, Key=key)["Body"].read().decode()
+    except Exception:  # noqa: BLE001 - not there yet
+        return None
+
+
+def test_job_sync_uploads_traces_live_and_checkpoints_as_they_appear(s3env, bucket, tmp_path):
+    run = tmp_path / "model" / "tiny-cpu_20261123-101500"
+    (run / "traces").mkdir(parents=True)
+    (run / "config.yaml").write_text("train: {steps: 2}\n")
+    trace = run / "traces" / "trace.jsonl"
+    trace.write_text('{"step": 1}\n')
+    layout = JobLayout(f"s3://{bucket}/rlvr/checkpoints/", "job-1", run.name)
+    assert layout.checkpoint(10) == f"s3://{bucket}/rlvr/checkpoints/job-1/tiny-cpu_20261123-101500_step10/"
+
+    class E:
+        pass
+
+    e = E()
+    e.s3, e.bucket = s3env.client(), bucket
+    root = "rlvr/checkpoints/job-1/"
+    sync = JobSync(str(run), layout, interval=0.2, log=lambda m: None).start()
+    try:
+        wait_for("the first trace line", lambda: s3_text(e, root + "traces/trace.jsonl") == '{"step": 1}\n')
+        assert s3_text(e, root + "config.yaml") == "train: {steps: 2}\n"
+        with open(trace, "a") as fh:  # a step later, and a line still being written
+            fh.write('{"step": 2}\n{"step": 3')
+        wait_for("the second trace line", lambda: s3_text(e, root + "traces/trace.jsonl") == '{"step": 1}\n{"step": 2}\n')
+        ck = run / "checkpoints" / "step_000001"
+        ck.mkdir(parents=True)
+        (ck / "config.json").write_text("{}")
+        (ck / "trainer_state.pt").write_bytes(b"state")  # complete: the marker is there
+        wait_for("the checkpoint", lambda: s3_text(e, root + f"{run.name}_step1/trainer_state.pt") == "state")
+        assert s3_text(e, root + f"{run.name}_step1/config.json") == "{}"
+    finally:
+        failed = sync.finish(timeout=120)
+    assert failed == []
+    assert s3_text(e, root + f"{run.name}_final/trainer_state.pt") == "state"
+
+
+def test_simulated_sagemaker_container_end_to_end(s3env, bucket, tmp_path):
+    """The entrypoint in SageMaker's folders and variables, on the tiny CPU config; then pull and watch."""
+    opt_ml = tmp_path / "opt" / "ml"
+    job = "rlvr-20261123-101500"
+    hps = {"rlvr_config": "tiny-cpu.yaml", "train.steps": "2", "checkpoint.every": "1", "rollout.engine": "hf",
+           "rollout.prompts_per_step": "8", "rollout.n": "4", "rollout.max_tokens": "12", "rlvr_sync_interval": "1"}
+    write_opt_ml(str(opt_ml), hps, [TINY], [])
+    jobs = f"s3://{bucket}/rlvr/checkpoints/"
+    env = dict(s3env.env(), RLVR_OPT_ML=str(opt_ml), TRAINING_JOB_NAME=job, RLVR_JOB_S3=jobs,
+               SM_MODEL_DIR=str(opt_ml / "model"), SM_CHANNEL_CONFIG=str(opt_ml / "input" / "data" / "config"),
+               SM_TRAINING_ENV=json.dumps({"job_name": job, "current_host": "algo-1", "hosts": ["algo-1"]}),
+               PYTHONPATH=REPO, OMP_NUM_THREADS="1", RAY_USAGE_STATS_ENABLED="0", TOKENIZERS_PARALLELISM="false")
+    p = subprocess.run([sys.executable, "-m", "rlvr.cloud.entrypoint", "train"], env=env, cwd=str(tmp_path),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=900)
+    out = p.stdout.decode(errors="replace")
+    assert p.returncode == 0, out[-3000:]
+    assert not (opt_ml / "output" / "failure").exists()
+    (run,) = os.listdir(opt_ml / "model")
+    assert run.startswith("tiny-cpu_")
+    # what SageMaker does when the container exits: $SM_MODEL_DIR as output/model.tar.gz
+    archive = tmp_path / "model.tar.gz"
+    with tarfile.open(archive, "w:gz") as tf:
+        tf.add(opt_ml / "model" / run, arcname=run)
+
+    class E:
+        pass
+
+    e = E()
+    e.s3, e.bucket = s3env.client(), bucket
+    e.s3.upload_file(str(archive), bucket, f"rlvr/checkpoints/{job}/output/model.tar.gz")
+    got = keys(e, f"rlvr/checkpoints/{job}/")
+    rel = {k.split(f"{job}/", 1)[1] for k in got}
+    for d in (f"{run}_step1", f"{run}_step2", f"{run}_final"):
+        assert {f"{d}/trainer_state.pt", f"{d}/config.json"} <= rel, sorted(rel)
+    assert {"config.yaml", "run.json", "traces/trace.jsonl", "traces/rollouts.jsonl"} <= rel
+    assert not any(".tmp-" in k for k in rel)
+    # rlvr-s3-sync pull finds the layout it expects (model.tar.gz unpacked in place)
+    dest = tmp_path / "results"
+    r = invoke("rlvr-s3-sync", ["pull", f"{jobs}{job}", str(dest), "--no-progress"])
+    assert r.code == 0, r.stderr
+    local = dest / job
+    steps = [json.loads(ln)["step"] for ln in (local / "traces" / "trace.jsonl").read_text().splitlines()]
+    assert steps == [1, 2]
+    assert (local / "config.yaml").exists() and (local / "checkpoints" / "step_000002" / "trainer_state.pt").exists()
+    assert (local / f"{run}_final" / "model.safetensors").read_bytes() == \
+        (opt_ml / "model" / run / "checkpoints" / "step_000002" / "model.safetensors").read_bytes()
+    assert not (local / "output" / "model.tar.gz").exists()
+    # and watch follows its traces
+    r = invoke("rlvr-s3-sync", ["watch", job, "--src", jobs, "--dest", str(tmp_path / "watched"), "--idle-exit", "0"])
+    assert r.code == 0, r.stderr
+    assert (tmp_path / "watched" / job / "traces" / "trace.jsonl").read_bytes() == \
+        (local / "traces" / "trace.jsonl").read_bytes()
+
+
+def test_documented_iam_policies_cover_what_submit_calls():
+    import re
+
+    text = open(os.path.join(REPO, "docs", "cloud.md")).read()
+    blocks = [json.loads(b) for b in re.findall(r"```json\n(.*?)```", text, re.S)]
+    assert len(blocks) == 2
+
+    def actions(policy):
+        out = set()
+        for st in policy["Statement"]:
+            a = st["Action"]
+            out.update([a] if isinstance(a, str) else a)
+        return out
+
+    submitter, execution = (actions(b) for b in blocks)
+    assert {"ecr:GetAuthorizationToken", "ecr:CreateRepository", "ecr:DescribeRepositories", "ecr:DescribeImages",
+            "ecr:PutImage", "sagemaker:CreateTrainingJob", "sagemaker:DescribeTrainingJob",
+            "sagemaker:StopTrainingJob", "sagemaker:ListTrainingJobs", "iam:PassRole", "iam:GetRole",
+            "s3:PutObject", "s3:DeleteObject", "s3:ListBucket"} <= submitter
+    assert {"ecr:BatchGetImage", "s3:GetObject", "s3:PutObject", "logs:PutLogEvents"} <= execution
+    passrole = next(st for st in blocks[0]["Statement"] if st["Action"] == "iam:PassRole")
+    assert passrole["Condition"]["StringEquals"]["iam:PassedToService"] == "sagemaker.amazonaws.com"
+
+
+def test_local_dry_run_and_image_names(aws, tmp_path):
+    r = invoke("rlvr-submit", [TINY, "--local", "--dry-run", "--name", "local-dry", "--local-dir", str(tmp_path / "r"),
+                               "--job-log", aws.log, "--build", "--gpus", "all"])
+    assert r.code == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["docker"][:2] == ["run", "--rm"] and out["docker"][out["docker"].index("--gpus") + 1] == "all"
+    assert out["hyperparameters"] == {"rlvr_config": "tiny-cpu.yaml"}
+    assert "would run: docker build" in r.stderr
+    assert docker_calls(aws) == [] and not (tmp_path / "r").exists() and not os.path.exists(aws.log)
+    # a full image URI is used as it is (no ECR lookups); --push takes a repository of this account
+    r = submit(aws, "--dry-run", "--image", "registry.example.com/team/rlvr:v2")
+    assert json.loads(r.stdout)["AlgorithmSpecification"]["TrainingImage"] == "registry.example.com/team/rlvr:v2"
+    r = submit(aws, "--image", "registry.example.com/team/rlvr:v2", "--push")
+    assert r.code == 2 and "this account's ECR" in r.stderr
+
+
+def test_job_spec_hyperparameters():
+    from rlvr.cloud.sagemaker import JobSpec
+
+    spec = JobSpec(name="j-1", config_name="a.yaml", image="i", role="r", jobs_uri="s3://b/c/", inputs_uri="s3://b/i/",
+                   sets=["train.lr=1e-6", "data.source=s3://b/d/x=y"], train_gpus=[0, 1], sync_interval=2.5)
+    assert spec.hyperparameters() == {"rlvr_config": "a.yaml", "train.lr": "1e-6", "data.source": "s3://b/d/x=y",
+                                      "rlvr_train_gpus": "0,1", "rlvr_sync_interval": "2.5"}
+    for bad, msg in ((["rlvr_config=b.yaml"], "reserved"), (["sagemaker_x=1"], "reserved"), (["novalue"], "KEY=VALUE"),
+                     ([f"k={'x' * 2501}"], "2500")):
+        spec.sets = bad
+        with pytest.raises(UsageError, match=msg):
+            spec.request()
+
+
+def test_entrypoint_failure_is_reported_where_sagemaker_looks(tmp_path, monkeypatch):
+    from rlvr.cloud import entrypoint
+
+    write_opt_ml(str(tmp_path), {"rlvr_config": "missing.yaml"}, [TINY], [])
+    for k in [k for k in os.environ if k.startswith("SM_")]:
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("RLVR_OPT_ML", str(tmp_path))
+    monkeypatch.setenv("TRAINING_JOB_NAME", "job-fails")
+    with pytest.raises(SystemExit) as ex:
+        entrypoint.main(["train"])
+    assert ex.value.code == 2
+    assert "missing.yaml: not in the config channel" in (tmp_path / "output" / "failure").read_text()
+    with pytest.raises(SystemExit) as ex:
+        entrypoint.main(["serve"])
+    assert ex.value.code == 2
+    assert invoke("rlvr-submit", []).code == 2
+
+
+def test_job_sync_failures_are_returned_not_raised(s3env, tmp_path):
+    run = tmp_path / "run"
+    (run / "traces").mkdir(parents=True)
+    (run / "traces" / "trace.jsonl").write_text('{"step": 1}\n')
+    warnings = []
+    sync = JobSync(str(run), JobLayout("s3://rlvr-no-such-bucket-for-tests/x/", "job", "run"), interval=0.1,
+                   log=warnings.append).start()
+    failed = sync.finish(timeout=120)
+    assert failed and all("traces" in p or p.endswith("run") for p, _ in failed)
+    assert all("bucket" in m.lower() for _, m in failed), failed
