@@ -24,6 +24,7 @@ from s3_fixtures import bucket, s3env, s3server  # noqa: E402,F401
 
 from rlvr import s3  # noqa: E402
 from rlvr.s3 import MiB, S3Transfer  # noqa: E402
+from rlvr.s3.client import is_transient  # noqa: E402
 
 CLI = [sys.executable, "-c", "from rlvr.commands.s3_sync import main; main()"]
 
@@ -89,6 +90,11 @@ def test_names_are_validated():
     assert s3.parse_uri("s3://my.bucket-1/a/b/") == ("my.bucket-1", "a/b/")
     assert s3.safe_relpath("a/../../etc/passwd") is None and s3.safe_relpath("/abs") is None
     assert s3.safe_relpath("a//b") is None and s3.safe_relpath("a/b") == os.path.join("a", "b")
+    # one error vocabulary: a bad name is a usage error (exit 2), a failed transfer a Failure (exit 1)
+    from rlvr.errors import Failure, UsageError
+
+    assert issubclass(s3.S3UsageError, UsageError) and issubclass(s3.S3UsageError, s3.S3Error)
+    assert issubclass(s3.S3Error, Failure) and s3.S3UsageError("x").exit_code == 2 and s3.S3Error("x").exit_code == 1
 
 
 def test_bad_names_exit_2_without_touching_the_network(tmp_path):
@@ -108,9 +114,9 @@ def test_transient_errors_are_classified():
     def ce(code, status):
         return ClientError({"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}}, "PutObject")
 
-    assert s3._is_transient(ce("SlowDown", 503)) and s3._is_transient(ce("InternalError", 500))
-    assert s3._is_transient(ce("Whatever", 502)) and s3._is_transient(EndpointConnectionError(endpoint_url="x"))
-    assert not s3._is_transient(ce("AccessDenied", 403)) and not s3._is_transient(ce("NoSuchBucket", 404))
+    assert is_transient(ce("SlowDown", 503)) and is_transient(ce("InternalError", 500))
+    assert is_transient(ce("Whatever", 502)) and is_transient(EndpointConnectionError(endpoint_url="x"))
+    assert not is_transient(ce("AccessDenied", 403)) and not is_transient(ce("NoSuchBucket", 404))
 
 
 def test_file_etag_matches_the_server_for_single_and_multipart(s3env, bucket, tmp_path):
