@@ -537,3 +537,67 @@ def test_background_uploader_never_blocks_the_caller_and_reports_failures(s3env,
     bad.submit(str(run / "config.yaml"))
     failed = bad.close(timeout=60)
     assert len(failed) == 1 and "no such bucket" in failed[0][1] and errors == [failed[0][1]]
+
+
+def test_layout_maps_run_folder_paths_to_keys():
+    lay = s3.Layout({"checkpoints/step_000003/": "ckpt/job1/{run}_final/",
+                     "checkpoints/step_{step}/": "ckpt/job1/{run}_step{step}/",
+                     "traces/": "ckpt/job1/traces", "config.yaml": "ckpt/job1/{run}.yaml", "patches/": None},
+                    run="r1")
+    assert lay.place("checkpoints/step_000010/model.safetensors") == ("ckpt/job1/r1_step10/", "model.safetensors")
+    assert lay.place("checkpoints/step_000003/sub/x.json") == ("ckpt/job1/r1_final/", "sub/x.json")  # first match
+    assert lay.place("traces/trace.jsonl") == ("ckpt/job1/traces/", "trace.jsonl")
+    assert lay.place("config.yaml") == ("ckpt/job1/r1.yaml", "")
+    assert lay.place("patches/git_diff.patch") is None and lay.place("run.json") is None  # dropped, unmatched
+    assert s3.Layout({"checkpoints/step_{step}/": "s{step:06d}/"}).place("checkpoints/step_7/a") == ("s000007/", "a")
+    assert s3.Layout(s3.Layout.DEFAULT, run="r").place("traces/t.jsonl") == ("r/", "traces/t.jsonl")
+    for bad in ({"x/": "{nope}/"}, {"x_{a:3}/": "y/"}, {"x/": "{"}):
+        with pytest.raises(s3.S3UsageError, match="upload layout"):
+            s3.Layout(bad)
+
+
+def test_live_traces_go_up_while_a_checkpoint_upload_is_stuck(s3env, bucket, tmp_path):
+    """The live lane delivers every step's trace although the queue is busy with a checkpoint."""
+    run = tmp_path / "run1"
+    make_run(run, big=3000)
+    trace = run / "traces" / "trace.jsonl"
+    trace.write_bytes(b"")
+    gate = threading.Event()
+    t = S3Transfer(workers=2)
+    # push's file workers wait on the gate before they send: the checkpoint upload in the queue is stuck
+    def stuck(**kw):
+        if threading.current_thread().name.startswith("s3-file"):
+            gate.wait(120)
+
+    t.client.meta.events.register("before-call.s3.PutObject", stuck)
+    lay = s3.Layout({"checkpoints/step_{step}/": "ck/job1/{run}_step{step}/", "traces/": "ck/job1/traces/"},
+                    run="run1")
+    up = s3.BackgroundUploader(f"s3://{bucket}/out/", root=str(run), transfer=t, layout=lay)
+    up.live([str(trace)], interval_s=0)
+    up.submit(str(run / "checkpoints" / "step_10"))
+    c = s3env.client()
+    for step in (1, 2, 3):
+        with open(trace, "ab") as fh:
+            fh.write(json.dumps({"step": step}).encode() + b"\n")
+        up.tick()
+        deadline = time.monotonic() + 120  # guards against a hang only
+        while True:
+            try:
+                body = get(s3env, bucket, "out/ck/job1/traces/trace.jsonl")
+            except c.exceptions.NoSuchKey:
+                body = b""
+            if body == trace.read_bytes():
+                break
+            assert time.monotonic() < deadline, f"step {step} never reached S3"
+            time.sleep(0.1)
+        assert up.pending == 0 and not gate.is_set()  # the checkpoint is still stuck in its upload
+        assert "Contents" not in c.list_objects_v2(Bucket=bucket, Prefix="out/ck/job1/run1_step10/")
+    with open(trace, "ab") as fh:
+        fh.write(b'{"step": 4}\n{"step": 5, "torn')  # a line being written never goes up
+    gate.set()
+    up.submit(str(run))  # the whole run folder: only what the layout maps, live files by their lane
+    assert up.close(timeout=120) == []
+    keys = sorted(o["Key"] for o in c.list_objects_v2(Bucket=bucket)["Contents"])
+    assert keys == ["out/ck/job1/run1_step10/model.safetensors", "out/ck/job1/traces/trace.jsonl"]
+    assert get(s3env, bucket, "out/ck/job1/traces/trace.jsonl").endswith(b'{"step": 4}\n')
+    t.close()

@@ -50,7 +50,7 @@ from rlvr.s3.checksums import (DEFAULT_PART_SIZE, DEFAULT_THRESHOLD, MAX_PARTS, 
 from rlvr.s3.client import make_client
 from rlvr.s3.sync import STATE_FILE, UNPACK, SyncReport, job_dir_for, local_files, pull, push, selected, unpack_archive
 from rlvr.s3.transfer import TMP_SUFFIX, Action, Remote, S3Transfer
-from rlvr.s3.uploader import BackgroundUploader
+from rlvr.s3.uploader import BackgroundUploader, Layout
 from rlvr.s3.uri import join_key, parse_uri, safe_relpath, validate_bucket, validate_key
 from rlvr.s3.watch import WATCH_FILES, WATCH_LOCK, WATCH_STATE, LockHeld, WatchLock, watch
 
@@ -58,7 +58,7 @@ __all__ = [
     "S3Error", "S3UsageError", "download_cached", "DEFAULT_PART_SIZE", "DEFAULT_THRESHOLD", "MAX_PARTS",
     "MIN_PART_SIZE", "PART_SIZE_META", "MiB", "file_etag", "local_matches", "part_size_for", "snapshot_size",
     "make_client", "STATE_FILE", "UNPACK", "SyncReport", "job_dir_for", "local_files", "pull", "push", "selected",
-    "unpack_archive", "TMP_SUFFIX", "Action", "Remote", "S3Transfer", "BackgroundUploader", "join_key", "parse_uri",
+    "unpack_archive", "TMP_SUFFIX", "Action", "Remote", "S3Transfer", "BackgroundUploader", "Layout", "join_key", "parse_uri",
     "safe_relpath", "validate_bucket", "validate_key", "WATCH_FILES", "WATCH_LOCK", "WATCH_STATE", "LockHeld",
     "WatchLock", "watch",
 ]

@@ -159,17 +159,19 @@ def _run_parallel(items: list, fn: Callable[[Any], Action | list[Action] | None]
 def push(local_dir: str, s3_uri: str, include: Iterable[str] = (), exclude: Iterable[str] = (),
          delete: bool = False, dry_run: bool = False, *, transfer: S3Transfer | None = None,
          endpoint_url: str | None = None, workers: int = 8, part_size: int = DEFAULT_PART_SIZE,
-         progress: bool | None = False, on_action: Callable[[Action], None] | None = None) -> SyncReport:
+         progress: bool | None = False, on_action: Callable[[Action], None] | None = None,
+         files: Iterable[tuple[str, str]] | None = None) -> SyncReport:
     """Upload the new and changed files under local_dir to s3_uri (a prefix): local/a/b -> prefix/a/b.
 
     Unchanged files (same size and checksum) are skipped; with delete, objects under the
     prefix that no longer exist locally (and pass the filters) are deleted. Failures of single
-    files are collected in report.failed; the others go on.
+    files are collected in report.failed; the others go on. `files` ((relative key, local
+    path) pairs) replaces the walk of local_dir when given (the filters still apply).
     """
     bucket, prefix = parse_uri(s3_uri)
     if prefix and not prefix.endswith("/"):
         prefix += "/"
-    if not os.path.isdir(local_dir):
+    if files is None and not os.path.isdir(local_dir):
         raise S3UsageError(f"not a folder: {local_dir}")
     t = transfer or S3Transfer(endpoint_url=endpoint_url, workers=workers, part_size=part_size)
     include, exclude = list(include), list(exclude)
@@ -177,7 +179,9 @@ def push(local_dir: str, s3_uri: str, include: Iterable[str] = (), exclude: Iter
     remote = {o.key[len(prefix):]: o for o in t.list(bucket, prefix)}
     todo: list[tuple[str, str, int]] = []
     local_rels = set()
-    for rel, path in local_files(local_dir, include, exclude):
+    pairs = local_files(local_dir, include, exclude) if files is None else \
+        [(rel, path) for rel, path in files if selected(rel, include, exclude)]
+    for rel, path in pairs:
         local_rels.add(rel)
         try:
             validate_key(join_key(prefix, rel))
