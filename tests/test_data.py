@@ -182,3 +182,30 @@ def test_toy_task_is_deterministic():
     a = select(load_records("toy"), limit=5)
     assert a == select(load_records("toy"), limit=5)
     assert all(r["answer"] == "7" and r["verifier"] == "math" for r in a)
+
+
+def test_hendrycks_math_from_the_hub_loads_every_subject(monkeypatch):
+    """EleutherAI/hendrycks_math has one configuration per subject and none for all: the seven
+    are asked for one by one and concatenated in a fixed order (the hub is faked here)."""
+    import datasets
+
+    from rlvr.data.catalog import MATH_SUBJECTS
+
+    asked = []
+
+    def fake_load_dataset(name, config=None, split=None, **kw):
+        asked.append((name, config, split))
+        if config is None:
+            raise ValueError("Config name is missing.")  # what the real hub answers
+        return datasets.Dataset.from_list([
+            {"problem": f"{config} problem {i}", "level": "Level 1", "type": config,
+             "solution": f"so \\boxed{{{len(config) + i}}}"} for i in range(2)])
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # no reachability probe: the loader is faked
+    monkeypatch.delenv("RLVR_DATA_DIR", raising=False)
+    recs = load_records("math", split="test")
+    assert asked == [("EleutherAI/hendrycks_math", s, "test") for s in MATH_SUBJECTS]
+    assert len(MATH_SUBJECTS) == 7 and len(recs) == 14 and len({r["id"] for r in recs}) == 14
+    assert [r["type"] for r in recs[::2]] == list(MATH_SUBJECTS)
+    assert recs[0]["answer"] == str(len("algebra")) and recs[0]["prompt"].count("algebra problem 0") == 1

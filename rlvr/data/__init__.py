@@ -38,7 +38,10 @@ def _raw(spec: Spec, split: str, source: str | None) -> tuple[list[dict], str]:
         if os.path.exists(cand):
             src = cand
     if src is None:
-        rows = load_rows(spec.hub, spec.hub_splits.get(split, split), spec.hub_config)
+        hub_split = spec.hub_splits.get(split, split)
+        rows = []
+        for config in spec.hub_configs or (spec.hub_config,):
+            rows.extend(load_rows(spec.hub, hub_split, config))
         where = f"hub:{spec.hub}"
     else:
         rows = load_rows(src, split)
