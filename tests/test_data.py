@@ -209,3 +209,40 @@ def test_hendrycks_math_from_the_hub_loads_every_subject(monkeypatch):
     assert len(MATH_SUBJECTS) == 7 and len(recs) == 14 and len({r["id"] for r in recs}) == 14
     assert [r["type"] for r in recs[::2]] == list(MATH_SUBJECTS)
     assert recs[0]["answer"] == str(len("algebra")) and recs[0]["prompt"].count("algebra problem 0") == 1
+
+
+def test_each_dataset_of_a_mixture_may_have_its_own_order(tmp_path):
+    order = tmp_path / "g.txt"
+    order.write_text("gsm8k/test/7\ngsm8k/test/3\ngsm8k/test/11\ngsm8k/test/0\n")
+    args = ["--mix", "gsm8k:1,math500:3", "--source", f"gsm8k={D}/gsm8k/test.jsonl",
+            "--source", f"math500={D}/math500/test.jsonl", "--shuffle", "--seed", "3"]
+    recs = data(*args, "--order", f"gsm8k={order}")
+    plain = data(*args)
+    assert [r["id"] for r in recs if r["dataset"] == "gsm8k"] == ["gsm8k/test/7", "gsm8k/test/3", "gsm8k/test/11",
+                                                                   "gsm8k/test/0"]
+    # the other dataset keeps its (shuffled) order, and the weights still interleave the two
+    assert [r for r in recs if r["dataset"] == "math500"] == [r for r in plain if r["dataset"] == "math500"]
+    assert sum(r["dataset"] == "gsm8k" for r in recs[:8]) <= 4 and len(recs) == 24
+    r = invoke("rlvr-data", [*args, "--order", str(order), "--order", str(order)])
+    assert r.code == 2 and "--order" in r.stderr
+
+
+def test_training_stream_orders_datasets_one_by_one(tmp_path):
+    from rlvr.errors import UsageError
+    from rlvr.train.config import DataConfig
+    from rlvr.train.stream import PromptStream
+
+    order = tmp_path / "g.txt"
+    order.write_text("gsm8k/test/5\ngsm8k/test/2\ngsm8k/test/5\n")  # a repeat trains as its own copy
+    cfg = DataConfig(dataset=None, mix={"gsm8k": 0.25, "math500": 0.75}, split="test",
+                     source={"gsm8k": f"{D}/gsm8k/test.jsonl", "math500": f"{D}/math500/test.jsonl"},
+                     order={"gsm8k": str(order)}, seed=1)
+    s = PromptStream(cfg)
+    ep = s.epoch(0)
+    assert [r["id"] for r in ep if r["dataset"] == "gsm8k"] == ["gsm8k/test/5", "gsm8k/test/2", "gsm8k/test/5#2"]
+    assert len(ep) == 23 and sorted(r["id"] for r in ep if r["dataset"] == "math500") == \
+        sorted(r["id"] for r in load_records("math500", source=f"{D}/math500/test.jsonl"))
+    assert [r["id"] for r in ep] == [r["id"] for r in PromptStream(cfg).epoch(0)]  # deterministic
+    with pytest.raises(UsageError, match="not a dataset of this run"):
+        PromptStream(DataConfig(dataset="gsm8k", source={"gsm8k": f"{D}/gsm8k/test.jsonl"}, split="test",
+                                order={"math500": str(order)}))

@@ -9,7 +9,7 @@ import sys
 import click
 import orjson
 
-from rlvr.cli import ConfigError, Failure, check_output_dir, parse_shard, run, warn, with_examples
+from rlvr.cli import ConfigError, Failure, check_output_dir, err, parse_shard, run, warn, with_examples
 
 HELP = with_examples(
     """Evaluate checkpoints with canonical settings.
@@ -127,9 +127,12 @@ def cmd(paths, benchmarks, gpu, gpus, pass_at_k, pattern, interval, once, idle_e
     from rlvr.engines import CheckpointError, EngineError
     from rlvr.engines.rollout import PromptError, record_stdout
 
+    from rlvr.models import resolve_model
+
+    ckpt = resolve_model(paths[0], log=functools.partial(err, "rlvr-eval")).path  # s3://... (and Org/Name with RLVR_S3_MODELS): the local cache
     with record_stdout() as out:  # engine processes cannot write into the JSON lines
         try:
-            results = ev.evaluate_checkpoint(paths[0], paths[1], benchmarks, opts, warn=say, subdirs=subdirs or None)
+            results = ev.evaluate_checkpoint(ckpt, paths[1], benchmarks, opts, warn=say, subdirs=subdirs or None)
         except (CheckpointError, PromptError, ValueError) as e:
             raise ConfigError(str(e)) from None
         except EngineError as e:

@@ -6,8 +6,8 @@ import functools
 
 import click
 
-from rlvr.cli import (ConfigError, Failure, check_output_file, input_options, progress_option, run, shard_callback,
-                      warn, with_examples)
+from rlvr.cli import (ConfigError, Failure, check_output_file, err, input_options, progress_option, run,
+                      shard_callback, warn, with_examples)
 from rlvr.records import RecordWriter
 
 HELP = with_examples(
@@ -94,6 +94,10 @@ def cmd(files, keep_going, model, engine, n, temperature, top_p, top_k, max_toke
     from rlvr.engines.rollout import (PromptError, RolloutSettings, read_prompts, record_stdout, run as rollout,
                                       run_to_file, select)
 
+    if model:  # s3://... and, with RLVR_S3_MODELS, Org/Name: fetched once into the local cache
+        from rlvr.models import resolve_model
+
+        model = resolve_model(model, log=functools.partial(err, "rlvr-rollout")).path
     try:
         settings = RolloutSettings(
             model=model or "", engine=engine, chat_template=chat_template, max_prompt_len=max_prompt_len,

@@ -18,7 +18,8 @@ One concern per module; the public names are importable from ``rlvr.s3`` itself:
     transfer   S3Transfer: list, HEAD, upload and download single objects with retries
     sync       push and pull of folders (filters, --delete, dry runs, model.tar.gz unpacking)
     watch      watch: keep local copies of running jobs' traces fresh; the cron lock
-    cache      download_cached: s3:// objects in a local cache, fetched again only when changed
+    cache      download_cached, download_folder_cached: s3:// objects and folders (models, datasets)
+               in a local cache, fetched again only when changed
     uploader   BackgroundUploader: uploads for rlvr-train on a daemon thread
 
 Errors are rlvr.errors.S3Error (a Failure, exit 1) and S3UsageError (a UsageError, exit 2).
@@ -44,7 +45,7 @@ What it guarantees:
 """
 
 from rlvr.errors import S3Error, S3UsageError
-from rlvr.s3.cache import download_cached
+from rlvr.s3.cache import download_cached, download_folder_cached, fetch_cached
 from rlvr.s3.checksums import (DEFAULT_PART_SIZE, DEFAULT_THRESHOLD, MAX_PARTS, MIN_PART_SIZE, PART_SIZE_META, MiB,
                                file_etag, local_matches, part_size_for, snapshot_size)
 from rlvr.s3.client import make_client
@@ -55,7 +56,7 @@ from rlvr.s3.uri import join_key, parse_uri, safe_relpath, validate_bucket, vali
 from rlvr.s3.watch import WATCH_FILES, WATCH_LOCK, WATCH_STATE, LockHeld, WatchLock, watch
 
 __all__ = [
-    "S3Error", "S3UsageError", "download_cached", "DEFAULT_PART_SIZE", "DEFAULT_THRESHOLD", "MAX_PARTS",
+    "S3Error", "S3UsageError", "download_cached", "download_folder_cached", "fetch_cached", "DEFAULT_PART_SIZE", "DEFAULT_THRESHOLD", "MAX_PARTS",
     "MIN_PART_SIZE", "PART_SIZE_META", "MiB", "file_etag", "local_matches", "part_size_for", "snapshot_size",
     "make_client", "STATE_FILE", "UNPACK", "SyncReport", "job_dir_for", "local_files", "pull", "push", "selected",
     "unpack_archive", "TMP_SUFFIX", "Action", "Remote", "S3Transfer", "BackgroundUploader", "Layout", "join_key", "parse_uri",

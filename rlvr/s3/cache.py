@@ -52,3 +52,86 @@ def download_cached(uri: str, cache_dir: str | None = None, *, transfer: S3Trans
     finally:
         if transfer is None:
             t.close()
+
+
+def download_folder_cached(uri: str, cache_dir: str | None = None, *, transfer: S3Transfer | None = None,
+                           endpoint_url: str | None = None) -> str:
+    """Download every object under an s3:// prefix (a folder) into the cache; return the folder.
+
+    For a model (``s3://bucket/models/Qwen3-1.7B-Base/``) or a ``datasets.save_to_disk``
+    folder. One LIST per call; objects whose ETag and size are those of the copy in the cache
+    are not fetched again, each download is verified and renamed into place, files that the
+    prefix no longer holds are removed, and the folder is marked complete only once all of it
+    is there. Processes that share the cache wait for each other (a lock file beside the
+    folder), so a node's ranks download a model once. Raises S3Error when nothing is there.
+    """
+    import fcntl
+
+    bucket, key = parse_uri(uri)
+    prefix = key.rstrip("/")
+    rel = safe_relpath(prefix) if prefix else None
+    if rel is None:
+        raise S3UsageError(f"{uri}: name a folder below the bucket (s3://BUCKET/PREFIX/)")
+    prefix += "/"
+    folder = os.path.join(_cache_root(cache_dir), bucket, rel)
+    parent, name = os.path.split(folder)
+    os.makedirs(parent, exist_ok=True)
+    marker = os.path.join(parent, f".{name}.s3folder.json")
+    t = transfer or S3Transfer(endpoint_url=endpoint_url, workers=4)
+    try:
+        objects = []
+        for o in t.list(bucket, prefix):
+            sub = o.key[len(prefix):]
+            if not sub or sub.endswith("/"):
+                continue  # folder markers
+            local = safe_relpath(sub)
+            if local is None:
+                raise S3Error(f"s3://{bucket}/{o.key}: the key is not a safe local path")
+            objects.append((sub, local, o))
+        if not objects:
+            raise S3Error(f"not found: nothing under {uri.rstrip('/')}/", "NoSuchKey")
+        want = {sub: {"etag": o.etag, "size": o.size} for sub, _, o in objects}
+        with open(os.path.join(parent, f".{name}.s3folder.lock"), "a") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # released when the file closes (or the process dies)
+            done = read_json(marker)
+            files = done.get("files") if isinstance(done.get("files"), dict) else {}
+            for sub, local, o in objects:
+                path = os.path.join(folder, local)
+                had = files.get(sub)
+                if isinstance(had, dict) and {k: had.get(k) for k in ("etag", "size")} == want[sub] \
+                        and os.path.isfile(path) and os.stat(path).st_mtime_ns == had.get("mtime_ns") \
+                        and os.path.getsize(path) == o.size:
+                    continue
+                files.pop(sub, None)
+                t.download(bucket, o.key, path, o)
+                files[sub] = {**want[sub], "mtime_ns": os.stat(path).st_mtime_ns}
+                write_json(marker, {"uri": f"s3://{bucket}/{prefix}", "files": files, "complete": False})
+            keep = {os.path.join(folder, local) for _, local, _ in objects}
+            for d, _, fs in os.walk(folder):
+                for f in fs:
+                    p = os.path.join(d, f)
+                    if p not in keep and not f.startswith("."):
+                        os.unlink(p)  # the prefix no longer holds it (a shard of an older version)
+            files = {k: v for k, v in files.items() if k in want}
+            write_json(marker, {"uri": f"s3://{bucket}/{prefix}", "files": files, "complete": True})
+        return folder
+    finally:
+        if transfer is None:
+            t.close()
+
+
+def fetch_cached(uri: str, cache_dir: str | None = None, *, transfer: S3Transfer | None = None,
+                 endpoint_url: str | None = None) -> str:
+    """The local copy of an s3:// object (download_cached) or, when the URI ends in '/' or names
+    no object but a prefix, of the folder below it (download_folder_cached)."""
+    bucket, key = parse_uri(uri)
+    if key and not key.endswith("/"):
+        t = transfer or S3Transfer(endpoint_url=endpoint_url, workers=4)
+        try:
+            if t.head(bucket, key) is not None:
+                return download_cached(uri, cache_dir, transfer=t)
+            return download_folder_cached(uri, cache_dir, transfer=t)
+        finally:
+            if transfer is None:
+                t.close()
+    return download_folder_cached(uri, cache_dir, transfer=transfer, endpoint_url=endpoint_url)

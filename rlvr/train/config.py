@@ -28,8 +28,9 @@ class DataConfig:
     template: str | None = None
     shots: int = 0
     chat: bool = False
-    order: str | None = None
-    """Curriculum: a file (local or s3://) listing prompt ids in the order to train on."""
+    order: str | dict[str, str] | None = None
+    """Curriculum: a file (local or s3://) listing prompt ids in the order to train on, or one such file per
+    dataset of a mixture ({gsm8k: FILE, math: FILE}; the weights still interleave them, others stay shuffled)."""
     shuffle: bool = True
     seed: int = 0
     limit: int | None = None

@@ -70,6 +70,8 @@ class Run:
     # -- set-up ------------------------------------------------------------------------------
 
     def _base_model(self) -> str:
+        from rlvr.models import resolve_model
+
         path = self.cfg.model.path
         if path == "tiny":
             path = os.path.join(self.run_dir, "base_model")
@@ -77,7 +79,11 @@ class Run:
                 from rlvr.tiny import build
 
                 build(path, seed=self.cfg.train.seed)
-        return path
+            return path
+        # s3://... (and Org/Name under $RLVR_S3_MODELS) -> a local folder, before any engine starts
+        m = resolve_model(path, log=log)
+        update_manifest(self.run_dir, model=m.record())
+        return m.path
 
     def _env(self) -> dict:
         keep = ("OMP_NUM_THREADS", "VLLM_CPU_KVCACHE_SPACE", "TOKENIZERS_PARALLELISM", "CUDA_VISIBLE_DEVICES",
