@@ -246,3 +246,16 @@ def test_training_stream_orders_datasets_one_by_one(tmp_path):
     with pytest.raises(UsageError, match="not a dataset of this run"):
         PromptStream(DataConfig(dataset="gsm8k", source={"gsm8k": f"{D}/gsm8k/test.jsonl"}, split="test",
                                 order={"math500": str(order)}))
+
+
+def test_shipped_mix_config_and_its_curricula():
+    from rlvr.config import load_config
+    from rlvr.data import read_order
+    from rlvr.train.config import TrainConfig
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cfg = load_config(TrainConfig, os.path.join(root, "configs", "qwen3-1.7B-mix.yaml"))
+    assert set(cfg.data.order) == {"gsm8k", "mbpp"} and set(cfg.data.order) <= set(cfg.data.mix)
+    ids = {n: [i for i, _ in read_order(os.path.join(root, p))] for n, p in cfg.data.order.items()}
+    assert sorted(ids["gsm8k"]) == sorted(f"gsm8k/train/{i}" for i in range(7473))  # the whole train split
+    assert sorted(ids["mbpp"]) == sorted(f"mbpp/{i}" for i in range(601, 975))  # task ids of the train split
