@@ -111,8 +111,8 @@ def test_models_come_from_s3_once_and_hub_names_look_there_first(s3env, bucket, 
     assert [x["id"] for x in r.records()] == ["p1"] and len(r.records()[0]["completions"]) == 1
 
 
-@pytest.fixture()
-def ray_local():
+@pytest.fixture(scope="module")
+def ray_local():  # one local Ray for the training tests of this module
     import ray
 
     if ray.is_initialized():
@@ -182,7 +182,8 @@ def test_train_traces_reach_s3_before_the_next_checkpoint(s3env, bucket, tmp_pat
             assert time.monotonic() < deadline, f"step {step}'s trace never reached S3"
             watch("job1", f"s3://{bucket}/sm/checkpoints/", str(tmp_path / "watched"), once=True)
             time.sleep(0.2)
-        ckpts = [o["Key"] for o in c.list_objects_v2(Bucket=bucket, Prefix="sm/checkpoints/job1/r1_").get("Contents", [])]
+        listed = c.list_objects_v2(Bucket=bucket, Prefix="sm/checkpoints/job1/r1_")
+        ckpts = [o["Key"] for o in listed.get("Contents", [])]
         seen.append((orjson.loads(local.read_bytes().splitlines()[-1])["step"], ckpts))
 
     monkeypatch.setattr(BackgroundUploader, "tick", watched_tick)

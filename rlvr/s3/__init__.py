@@ -56,10 +56,10 @@ from rlvr.s3.uri import join_key, parse_uri, safe_relpath, validate_bucket, vali
 from rlvr.s3.watch import WATCH_FILES, WATCH_LOCK, WATCH_STATE, LockHeld, WatchLock, watch
 
 __all__ = [
-    "S3Error", "S3UsageError", "download_cached", "download_folder_cached", "fetch_cached", "DEFAULT_PART_SIZE", "DEFAULT_THRESHOLD", "MAX_PARTS",
-    "MIN_PART_SIZE", "PART_SIZE_META", "MiB", "file_etag", "local_matches", "part_size_for", "snapshot_size",
-    "make_client", "STATE_FILE", "UNPACK", "SyncReport", "job_dir_for", "local_files", "pull", "push", "selected",
-    "unpack_archive", "TMP_SUFFIX", "Action", "Remote", "S3Transfer", "BackgroundUploader", "Layout", "join_key", "parse_uri",
-    "safe_relpath", "validate_bucket", "validate_key", "WATCH_FILES", "WATCH_LOCK", "WATCH_STATE", "LockHeld",
-    "WatchLock", "watch",
+    "S3Error", "S3UsageError", "download_cached", "download_folder_cached", "fetch_cached", "DEFAULT_PART_SIZE",
+    "DEFAULT_THRESHOLD", "MAX_PARTS", "MIN_PART_SIZE", "PART_SIZE_META", "MiB", "file_etag", "local_matches",
+    "part_size_for", "snapshot_size", "make_client", "STATE_FILE", "UNPACK", "SyncReport", "job_dir_for",
+    "local_files", "pull", "push", "selected", "unpack_archive", "TMP_SUFFIX", "Action", "Remote", "S3Transfer",
+    "BackgroundUploader", "Layout", "join_key", "parse_uri", "safe_relpath", "validate_bucket", "validate_key",
+    "WATCH_FILES", "WATCH_LOCK", "WATCH_STATE", "LockHeld", "WatchLock", "watch",
 ]
