@@ -26,7 +26,8 @@ HELP = with_examples(
     --pass-at-k N draws N samples per prompt at temperature 1.0 and adds pass_at_k.json;
     --gpus spreads the prompts over one engine per GPU (auto: the free ones) and merges in
     order. Everything resumes: a finished benchmark (summary.json) is skipped, an
-    interrupted one continues from its completions.jsonl.
+    interrupted one continues from its completions.jsonl. CKPT may be an s3:// folder (fetched
+    once into a local cache) or a hub name (looked for under $RLVR_S3_MODELS first).
 
     --watch GLOB OUT_DIR polls for checkpoints (e.g. results/run_*/checkpoints/step_*),
     evaluates each once per benchmark in OUT_DIR/<checkpoint>/<benchmark>/, one child

@@ -62,7 +62,7 @@ def _seed(ctx: click.Context, param: click.Parameter, value: str) -> int | None:
 
 @click.command(help=HELP)
 @input_options
-@click.option("-m", "--model", envvar="RLVR_MODEL", metavar="PATH", help="Model folder (rlvr-train checkpoint or Hugging Face folder) or hub id [env RLVR_MODEL].")
+@click.option("-m", "--model", envvar="RLVR_MODEL", metavar="PATH", help="Model folder (rlvr-train checkpoint or Hugging Face folder), s3:// folder (fetched once into a local cache) or hub id (looked for under $RLVR_S3_MODELS first) [env RLVR_MODEL].")
 @click.option("--engine", type=click.Choice(["vllm", "hf"]), default="vllm", show_default=True, help="Generation engine.")
 @click.option("-n", "n", type=click.IntRange(min=1), default=1, show_default=True, help="Completions per prompt.")
 @click.option("--temperature", type=click.FloatRange(min=0), default=1.0, show_default=True, help="Sampling temperature (0 = greedy).")
