@@ -225,6 +225,8 @@ def test_each_dataset_of_a_mixture_may_have_its_own_order(tmp_path):
     assert sum(r["dataset"] == "gsm8k" for r in recs[:8]) <= 4 and len(recs) == 24
     r = invoke("rlvr-data", [*args, "--order", str(order), "--order", str(order)])
     assert r.code == 2 and "--order" in r.stderr
+    r = invoke("rlvr-data", [*args, "--order", f"mbpp={order}"])
+    assert r.code == 2 and "mbpp is not a dataset of this run" in r.stderr
 
 
 def test_training_stream_orders_datasets_one_by_one(tmp_path):

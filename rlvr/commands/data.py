@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from rlvr.cli import ConfigError, run, shard_callback, stdout_writer, with_examples
@@ -79,8 +81,10 @@ def cmd(name, split, sources, fewshot_source, template, shots, chat, limit, shuf
     whole = []
     for v in orders:
         n, sep, path = v.partition("=")
-        if sep and n in weights and mixture:
+        if sep and n in weights:
             per[n] = path
+        elif sep and n in SPECS and not os.path.exists(v):
+            raise click.BadParameter(f"{v}: {n} is not a dataset of this run", param_hint="--order")
         else:
             whole.append(v)
     if len(whole) > 1:
