@@ -556,6 +556,23 @@ def test_layout_maps_run_folder_paths_to_keys():
             s3.Layout(bad)
 
 
+def test_upload_settings_in_a_training_config(tmp_path):
+    from rlvr.config import load_config
+    from rlvr.errors import UsageError
+    from rlvr.train.config import TrainConfig, check
+
+    path = tmp_path / "c.yaml"
+    path.write_text('upload:\n  trace_interval_s: 0\n  layout:\n    "checkpoints/step_{step}/": "ck/{run}_step{step}/"'
+                    '\n    "": "ck/{run}/"\n')
+    cfg = load_config(TrainConfig, str(path))
+    check(cfg)
+    assert cfg.upload.layout == {"checkpoints/step_{step}/": "ck/{run}_step{step}/", "": "ck/{run}/"}
+    assert cfg.upload.live == ["traces/trace.jsonl", "traces/samples.jsonl"] and cfg.upload.trace_interval_s == 0
+    path.write_text('upload:\n  layout:\n    "traces/": "{job}/traces/"\n')
+    with pytest.raises(UsageError, match="upload layout"):  # before anything starts
+        check(load_config(TrainConfig, str(path)))
+
+
 def test_live_traces_go_up_while_a_checkpoint_upload_is_stuck(s3env, bucket, tmp_path):
     """The live lane delivers every step's trace although the queue is busy with a checkpoint."""
     run = tmp_path / "run1"
