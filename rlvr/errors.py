@@ -7,7 +7,8 @@ that turns them into a one-line message and the documented exit status:
     BadInput    -> 3  malformed input; the message names FILE:LINE and the field
     Failure     -> 1  a runtime failure: a model, engine, server or file could not be used
 
-``ConfigError`` is another name for ``UsageError`` (a configuration is usage).
+``ConfigError`` is another name for ``UsageError`` (a configuration is usage). ``S3Error`` (a
+Failure) and ``S3UsageError`` (a UsageError and an S3Error) are raised by rlvr.s3.
 """
 
 from __future__ import annotations
@@ -62,3 +63,20 @@ class BadInput(RlvrError):
     """Malformed input; the message names FILE:LINE and the field (exit 3)."""
 
     exit_code = EXIT_BAD_INPUT
+
+
+class S3Error(Failure):
+    """A failed S3 operation (exit 1), as one line that names the object and never a credential.
+
+    ``code`` is the S3 error code (``NoSuchKey``, ``AccessDenied``, ...) when there is one and
+    ``transient`` says whether a retry may succeed; neither is an exit status.
+    """
+
+    def __init__(self, message: str, code: str | None = None, transient: bool = False):
+        super().__init__(message)
+        self.code = code
+        self.transient = transient
+
+
+class S3UsageError(UsageError, S3Error):
+    """A bad s3:// URI, bucket or key name, or a bad S3 option value (exit 2; also an S3Error)."""

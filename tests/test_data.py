@@ -182,3 +182,82 @@ def test_toy_task_is_deterministic():
     a = select(load_records("toy"), limit=5)
     assert a == select(load_records("toy"), limit=5)
     assert all(r["answer"] == "7" and r["verifier"] == "math" for r in a)
+
+
+def test_hendrycks_math_from_the_hub_loads_every_subject(monkeypatch):
+    """EleutherAI/hendrycks_math has one configuration per subject and none for all: the seven
+    are asked for one by one and concatenated in a fixed order (the hub is faked here)."""
+    import datasets
+
+    from rlvr.data.catalog import MATH_SUBJECTS
+
+    asked = []
+
+    def fake_load_dataset(name, config=None, split=None, **kw):
+        asked.append((name, config, split))
+        if config is None:
+            raise ValueError("Config name is missing.")  # what the real hub answers
+        return datasets.Dataset.from_list([
+            {"problem": f"{config} problem {i}", "level": "Level 1", "type": config,
+             "solution": f"so \\boxed{{{len(config) + i}}}"} for i in range(2)])
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # no reachability probe: the loader is faked
+    monkeypatch.delenv("RLVR_DATA_DIR", raising=False)
+    recs = load_records("math", split="test")
+    assert asked == [("EleutherAI/hendrycks_math", s, "test") for s in MATH_SUBJECTS]
+    assert len(MATH_SUBJECTS) == 7 and len(recs) == 14 and len({r["id"] for r in recs}) == 14
+    assert [r["type"] for r in recs[::2]] == list(MATH_SUBJECTS)
+    assert recs[0]["answer"] == str(len("algebra")) and recs[0]["prompt"].count("algebra problem 0") == 1
+
+
+def test_each_dataset_of_a_mixture_may_have_its_own_order(tmp_path):
+    order = tmp_path / "g.txt"
+    order.write_text("gsm8k/test/7\ngsm8k/test/3\ngsm8k/test/11\ngsm8k/test/0\n")
+    args = ["--mix", "gsm8k:1,math500:3", "--source", f"gsm8k={D}/gsm8k/test.jsonl",
+            "--source", f"math500={D}/math500/test.jsonl", "--shuffle", "--seed", "3"]
+    recs = data(*args, "--order", f"gsm8k={order}")
+    plain = data(*args)
+    assert [r["id"] for r in recs if r["dataset"] == "gsm8k"] == ["gsm8k/test/7", "gsm8k/test/3", "gsm8k/test/11",
+                                                                   "gsm8k/test/0"]
+    # the other dataset keeps its (shuffled) order, and the weights still interleave the two
+    assert [r for r in recs if r["dataset"] == "math500"] == [r for r in plain if r["dataset"] == "math500"]
+    assert sum(r["dataset"] == "gsm8k" for r in recs[:8]) <= 4 and len(recs) == 24
+    r = invoke("rlvr-data", [*args, "--order", str(order), "--order", str(order)])
+    assert r.code == 2 and "--order" in r.stderr
+    r = invoke("rlvr-data", [*args, "--order", f"mbpp={order}"])
+    assert r.code == 2 and "mbpp is not a dataset of this run" in r.stderr
+
+
+def test_training_stream_orders_datasets_one_by_one(tmp_path):
+    from rlvr.errors import UsageError
+    from rlvr.train.config import DataConfig
+    from rlvr.train.stream import PromptStream
+
+    order = tmp_path / "g.txt"
+    order.write_text("gsm8k/test/5\ngsm8k/test/2\ngsm8k/test/5\n")  # a repeat trains as its own copy
+    cfg = DataConfig(dataset=None, mix={"gsm8k": 0.25, "math500": 0.75}, split="test",
+                     source={"gsm8k": f"{D}/gsm8k/test.jsonl", "math500": f"{D}/math500/test.jsonl"},
+                     order={"gsm8k": str(order)}, seed=1)
+    s = PromptStream(cfg)
+    ep = s.epoch(0)
+    assert [r["id"] for r in ep if r["dataset"] == "gsm8k"] == ["gsm8k/test/5", "gsm8k/test/2", "gsm8k/test/5#2"]
+    assert len(ep) == 23 and sorted(r["id"] for r in ep if r["dataset"] == "math500") == \
+        sorted(r["id"] for r in load_records("math500", source=f"{D}/math500/test.jsonl"))
+    assert [r["id"] for r in ep] == [r["id"] for r in PromptStream(cfg).epoch(0)]  # deterministic
+    with pytest.raises(UsageError, match="not a dataset of this run"):
+        PromptStream(DataConfig(dataset="gsm8k", source={"gsm8k": f"{D}/gsm8k/test.jsonl"}, split="test",
+                                order={"math500": str(order)}))
+
+
+def test_shipped_mix_config_and_its_curricula():
+    from rlvr.config import load_config
+    from rlvr.data import read_order
+    from rlvr.train.config import TrainConfig
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cfg = load_config(TrainConfig, os.path.join(root, "configs", "qwen3-1.7B-mix.yaml"))
+    assert set(cfg.data.order) == {"gsm8k", "mbpp"} and set(cfg.data.order) <= set(cfg.data.mix)
+    ids = {n: [i for i, _ in read_order(os.path.join(root, p))] for n, p in cfg.data.order.items()}
+    assert sorted(ids["gsm8k"]) == sorted(f"gsm8k/train/{i}" for i in range(7473))  # the whole train split
+    assert sorted(ids["mbpp"]) == sorted(f"mbpp/{i}" for i in range(601, 975))  # task ids of the train split

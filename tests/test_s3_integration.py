@@ -31,8 +31,88 @@ def test_rlvr_data_reads_s3_sources_and_orders(s3env, bucket, tmp_path, monkeypa
     assert r.code != 0 and "nope.jsonl" in r.stderr and "Traceback" not in r.stderr
 
 
-@pytest.fixture()
-def ray_local():
+def _upload_folder(client, folder, bucket, prefix):
+    for d, _, files in os.walk(folder):
+        for f in files:
+            p = os.path.join(d, f)
+            client.upload_file(p, bucket, prefix + os.path.relpath(p, folder).replace(os.sep, "/"))
+
+
+def test_rlvr_data_reads_s3_folders_and_the_default_prefix(s3env, bucket, tmp_path, monkeypatch):
+    import datasets
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("RLVR_DATA_DIR", raising=False)
+    c = s3env.client()
+    src = os.path.join(DATA, "datasets", "gsm8k")
+    rows = [orjson.loads(ln) for ln in open(os.path.join(src, "test.jsonl"))]
+    datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)}).save_to_disk(str(tmp_path / "ds"))
+    _upload_folder(c, tmp_path / "ds", bucket, "datasets/gsm8k/")           # a save_to_disk folder
+    c.upload_file(os.path.join(src, "test.jsonl"), bucket, "plain/gsm8k/test.jsonl")  # a folder of split files
+    local = invoke("rlvr-data", ["gsm8k", "--source", os.path.join(src, "test.jsonl")]).records()
+    for uri in (f"s3://{bucket}/datasets/gsm8k", f"s3://{bucket}/datasets/gsm8k/", f"s3://{bucket}/plain/gsm8k/"):
+        r = invoke("rlvr-data", ["gsm8k", "--source", uri, "--split", "test"])
+        assert r.code == 0 and r.records() == local, (uri, r.stderr)
+    # RLVR_S3_DATASETS: S3 first, then RLVR_DATA_DIR, then the hub
+    monkeypatch.setenv("RLVR_S3_DATASETS", f"s3://{bucket}/datasets/")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the hub is never asked
+    r = invoke("rlvr-data", ["gsm8k", "--split", "test"])
+    assert r.code == 0 and r.records() == local, r.stderr
+    monkeypatch.setenv("RLVR_S3_DATASETS", f"s3://{bucket}/nothing-here/")
+    monkeypatch.setenv("RLVR_DATA_DIR", os.path.join(DATA, "datasets"))
+    r = invoke("rlvr-data", ["gsm8k", "--split", "test"])
+    assert r.code == 0 and r.records() == local, r.stderr
+    monkeypatch.delenv("RLVR_DATA_DIR")
+    r = invoke("rlvr-data", ["gsm8k", "--split", "test"])
+    assert r.code == 1 and "hub" in r.stderr and "Traceback" not in r.stderr
+    r = invoke("rlvr-data", ["gsm8k", "--source", f"s3://{bucket}/nothing-here/", "--split", "test"])
+    assert r.code == 1 and "nothing under" in r.stderr
+
+
+def test_models_come_from_s3_once_and_hub_names_look_there_first(s3env, bucket, tmp_path, monkeypatch):
+    from rlvr.models import resolve_model
+    from rlvr.s3 import S3Transfer, download_folder_cached
+    from rlvr.tiny import build
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("RLVR_CACHE", raising=False)
+    c = s3env.client()
+    model = build(str(tmp_path / "tiny"))
+    _upload_folder(c, model, bucket, "models/tiny-qwen/")
+    names = sorted(os.listdir(model))
+    t = S3Transfer(workers=2)
+    gets = []
+    t.client.meta.events.register("before-call.s3.GetObject", lambda **kw: gets.append(1))
+    path = download_folder_cached(f"s3://{bucket}/models/tiny-qwen/", transfer=t)
+    assert sorted(os.listdir(path)) == names and len(gets) == len(names)
+    for n in names:
+        assert open(os.path.join(path, n), "rb").read() == open(os.path.join(model, n), "rb").read()
+    assert download_folder_cached(f"s3://{bucket}/models/tiny-qwen", transfer=t) == path and len(gets) == len(names)
+    c.put_object(Bucket=bucket, Key="models/tiny-qwen/config.json", Body=b'{"changed": true}')
+    c.delete_object(Bucket=bucket, Key="models/tiny-qwen/generation_config.json")
+    assert download_folder_cached(f"s3://{bucket}/models/tiny-qwen/", transfer=t) == path
+    assert len(gets) == len(names) + 1 and open(os.path.join(path, "config.json"), "rb").read() == b'{"changed": true}'
+    assert "generation_config.json" not in os.listdir(path)
+    t.close()
+    _upload_folder(c, model, bucket, "models/tiny-qwen/")
+    m = resolve_model(f"s3://{bucket}/models/tiny-qwen/")
+    assert (m.source, m.path, m.uri) == ("s3", path, f"s3://{bucket}/models/tiny-qwen/")
+    # a hub-style name: under $RLVR_S3_MODELS (Org/Name/ or Name/) first, then the hub
+    monkeypatch.setenv("RLVR_S3_MODELS", f"s3://{bucket}/models/")
+    m = resolve_model("Qwen/tiny-qwen")
+    assert (m.source, m.path, m.record()["uri"]) == ("s3", path, f"s3://{bucket}/models/tiny-qwen/")
+    assert resolve_model("Qwen/not-on-s3").record() == {"name": "Qwen/not-on-s3", "source": "hub",
+                                                        "path": "Qwen/not-on-s3"}
+    assert resolve_model(model).source == "local"
+    # the engines load it: rlvr-rollout -m s3://...
+    r = invoke("rlvr-rollout", ["-m", f"s3://{bucket}/models/tiny-qwen/", "--engine", "hf", "--dtype", "float32",
+                                "-n", "1", "--max-tokens", "3", "--seed", "1"], '{"id": "p1", "prompt": "1 2 3"}\n')
+    assert r.code == 0, r.stderr
+    assert [x["id"] for x in r.records()] == ["p1"] and len(r.records()[0]["completions"]) == 1
+
+
+@pytest.fixture(scope="module")
+def ray_local():  # one local Ray for the training tests of this module
     import ray
 
     if ray.is_initialized():
@@ -64,3 +144,60 @@ def test_train_uploads_its_run_folder(s3env, bucket, tmp_path, ray_local):
     remote = c.get_object(Bucket=bucket, Key="jobs/job1/traces/trace.jsonl")["Body"].read()
     assert remote == (run_dir / "traces" / "trace.jsonl").read_bytes()
     assert orjson.loads(c.get_object(Bucket=bucket, Key="jobs/job1/run.json")["Body"].read())["status"] == "completed"
+
+
+def test_train_traces_reach_s3_before_the_next_checkpoint(s3env, bucket, tmp_path, ray_local, monkeypatch):
+    """A watcher sees step N's trace while training runs, before the checkpoint that follows it,
+    with the uploads mapped to another layout (the one of a SageMaker job)."""
+    import time
+
+    from rlvr.config import load_config, to_yaml
+    from rlvr.s3 import BackgroundUploader, watch
+    from rlvr.tiny import build
+    from rlvr.train.config import TrainConfig
+    from rlvr.train.loop import train
+
+    cfg = load_config(TrainConfig, os.path.join(REPO, "configs", "tiny-cpu.yaml"), [
+        "train.steps=3", "checkpoint.every=2", "rollout.engine=hf", "rollout.prompts_per_step=4", "rollout.n=4",
+        "rollout.max_tokens=8", f"checkpoint.upload=s3://{bucket}/sm/", "upload.trace_interval_s=0"])
+    cfg.upload.layout = {"checkpoints/step_000003/": "checkpoints/job1/{run}_final/",
+                         "checkpoints/step_{step}/": "checkpoints/job1/{run}_step{step}/",
+                         "traces/": "checkpoints/job1/traces/", "": "checkpoints/job1/{run}/"}
+    c = s3env.client()
+    _upload_folder(c, build(str(tmp_path / "tiny")), bucket, "models/tiny/")
+    cfg.model.path = f"s3://{bucket}/models/tiny/"  # fetched into the cache before the engines start
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    run_dir = tmp_path / "runs" / "r1"
+    seen = []
+    tick = BackgroundUploader.tick
+
+    def watched_tick(self):
+        tick(self)
+        # the training thread waits here (bounded only against a hang) until a watcher finds
+        # this step's trace in S3; then no checkpoint may be there yet
+        step = len((run_dir / "traces" / "trace.jsonl").read_bytes().splitlines())
+        local = tmp_path / "watched" / "job1" / "traces" / "trace.jsonl"
+        deadline = time.monotonic() + 180
+        while not (local.exists() and len(local.read_bytes().splitlines()) == step):
+            assert time.monotonic() < deadline, f"step {step}'s trace never reached S3"
+            watch("job1", f"s3://{bucket}/sm/checkpoints/", str(tmp_path / "watched"), once=True)
+            time.sleep(0.2)
+        listed = c.list_objects_v2(Bucket=bucket, Prefix="sm/checkpoints/job1/r1_")
+        ckpts = [o["Key"] for o in listed.get("Contents", [])]
+        seen.append((orjson.loads(local.read_bytes().splitlines()[-1])["step"], ckpts))
+
+    monkeypatch.setattr(BackgroundUploader, "tick", watched_tick)
+    train(cfg, str(run_dir), ["rlvr-train"], to_yaml(cfg))
+    assert [s for s, _ in seen] == [1, 2, 3]
+    assert seen[0][1] == [] and seen[1][1] == []  # steps 1 and 2 were in S3 before checkpoint 2 existed
+    keys = {o["Key"] for o in c.list_objects_v2(Bucket=bucket, Prefix="sm/")["Contents"]}
+    for k in ("sm/checkpoints/job1/r1_step2/model.safetensors", "sm/checkpoints/job1/r1_step2/trainer_state.pt",
+              "sm/checkpoints/job1/r1_final/trainer_state.pt", "sm/checkpoints/job1/traces/samples.jsonl",
+              "sm/checkpoints/job1/r1/run.json", "sm/checkpoints/job1/r1/config.yaml"):
+        assert k in keys, k
+    assert not any(k.startswith("sm/checkpoints/job1/r1/checkpoints/") or "/.tmp-" in k for k in keys)
+    remote = c.get_object(Bucket=bucket, Key="sm/checkpoints/job1/traces/trace.jsonl")["Body"].read()
+    assert remote == (run_dir / "traces" / "trace.jsonl").read_bytes()
+    man = orjson.loads((run_dir / "run.json").read_bytes())
+    assert man["model"]["source"] == "s3" and man["model"]["uri"] == f"s3://{bucket}/models/tiny/"
+    assert man["base_model"] == man["model"]["path"] and man["base_model"].startswith(str(tmp_path / "cache"))

@@ -24,6 +24,7 @@ from s3_fixtures import bucket, s3env, s3server  # noqa: E402,F401
 
 from rlvr import s3  # noqa: E402
 from rlvr.s3 import MiB, S3Transfer  # noqa: E402
+from rlvr.s3.client import is_transient  # noqa: E402
 
 CLI = [sys.executable, "-c", "from rlvr.commands.s3_sync import main; main()"]
 
@@ -89,6 +90,11 @@ def test_names_are_validated():
     assert s3.parse_uri("s3://my.bucket-1/a/b/") == ("my.bucket-1", "a/b/")
     assert s3.safe_relpath("a/../../etc/passwd") is None and s3.safe_relpath("/abs") is None
     assert s3.safe_relpath("a//b") is None and s3.safe_relpath("a/b") == os.path.join("a", "b")
+    # one error vocabulary: a bad name is a usage error (exit 2), a failed transfer a Failure (exit 1)
+    from rlvr.errors import Failure, UsageError
+
+    assert issubclass(s3.S3UsageError, UsageError) and issubclass(s3.S3UsageError, s3.S3Error)
+    assert issubclass(s3.S3Error, Failure) and s3.S3UsageError("x").exit_code == 2 and s3.S3Error("x").exit_code == 1
 
 
 def test_bad_names_exit_2_without_touching_the_network(tmp_path):
@@ -108,9 +114,9 @@ def test_transient_errors_are_classified():
     def ce(code, status):
         return ClientError({"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}}, "PutObject")
 
-    assert s3._is_transient(ce("SlowDown", 503)) and s3._is_transient(ce("InternalError", 500))
-    assert s3._is_transient(ce("Whatever", 502)) and s3._is_transient(EndpointConnectionError(endpoint_url="x"))
-    assert not s3._is_transient(ce("AccessDenied", 403)) and not s3._is_transient(ce("NoSuchBucket", 404))
+    assert is_transient(ce("SlowDown", 503)) and is_transient(ce("InternalError", 500))
+    assert is_transient(ce("Whatever", 502)) and is_transient(EndpointConnectionError(endpoint_url="x"))
+    assert not is_transient(ce("AccessDenied", 403)) and not is_transient(ce("NoSuchBucket", 404))
 
 
 def test_file_etag_matches_the_server_for_single_and_multipart(s3env, bucket, tmp_path):
@@ -534,3 +540,84 @@ def test_background_uploader_never_blocks_the_caller_and_reports_failures(s3env,
     bad.submit(str(run / "config.yaml"))
     failed = bad.close(timeout=60)
     assert len(failed) == 1 and "no such bucket" in failed[0][1] and errors == [failed[0][1]]
+
+
+def test_layout_maps_run_folder_paths_to_keys():
+    lay = s3.Layout({"checkpoints/step_000003/": "ckpt/job1/{run}_final/",
+                     "checkpoints/step_{step}/": "ckpt/job1/{run}_step{step}/",
+                     "traces/": "ckpt/job1/traces", "config.yaml": "ckpt/job1/{run}.yaml", "patches/": None},
+                    run="r1")
+    assert lay.place("checkpoints/step_000010/model.safetensors") == ("ckpt/job1/r1_step10/", "model.safetensors")
+    assert lay.place("checkpoints/step_000003/sub/x.json") == ("ckpt/job1/r1_final/", "sub/x.json")  # first match
+    assert lay.place("traces/trace.jsonl") == ("ckpt/job1/traces/", "trace.jsonl")
+    assert lay.place("config.yaml") == ("ckpt/job1/r1.yaml", "")
+    assert lay.place("patches/git_diff.patch") is None and lay.place("run.json") is None  # dropped, unmatched
+    assert s3.Layout({"checkpoints/step_{step}/": "s{step:06d}/"}).place("checkpoints/step_7/a") == ("s000007/", "a")
+    assert s3.Layout(s3.Layout.DEFAULT, run="r").place("traces/t.jsonl") == ("r/", "traces/t.jsonl")
+    for bad in ({"x/": "{nope}/"}, {"x_{a:3}/": "y/"}, {"x/": "{"}):
+        with pytest.raises(s3.S3UsageError, match="upload layout"):
+            s3.Layout(bad)
+
+
+def test_upload_settings_in_a_training_config(tmp_path):
+    from rlvr.config import load_config
+    from rlvr.errors import UsageError
+    from rlvr.train.config import TrainConfig, check
+
+    path = tmp_path / "c.yaml"
+    path.write_text('upload:\n  trace_interval_s: 0\n  layout:\n    "checkpoints/step_{step}/": "ck/{run}_step{step}/"'
+                    '\n    "": "ck/{run}/"\n')
+    cfg = load_config(TrainConfig, str(path))
+    check(cfg)
+    assert cfg.upload.layout == {"checkpoints/step_{step}/": "ck/{run}_step{step}/", "": "ck/{run}/"}
+    assert cfg.upload.live == ["traces/trace.jsonl", "traces/samples.jsonl"] and cfg.upload.trace_interval_s == 0
+    path.write_text('upload:\n  layout:\n    "traces/": "{job}/traces/"\n')
+    with pytest.raises(UsageError, match="upload layout"):  # before anything starts
+        check(load_config(TrainConfig, str(path)))
+
+
+def test_live_traces_go_up_while_a_checkpoint_upload_is_stuck(s3env, bucket, tmp_path):
+    """The live lane delivers every step's trace although the queue is busy with a checkpoint."""
+    run = tmp_path / "run1"
+    make_run(run, big=3000)
+    trace = run / "traces" / "trace.jsonl"
+    trace.write_bytes(b"")
+    gate = threading.Event()
+    t = S3Transfer(workers=2)
+    # push's file workers wait on the gate before they send: the checkpoint upload in the queue is stuck
+    def stuck(**kw):
+        if threading.current_thread().name.startswith("s3-file"):
+            gate.wait(120)
+
+    t.client.meta.events.register("before-call.s3.PutObject", stuck)
+    lay = s3.Layout({"checkpoints/step_{step}/": "ck/job1/{run}_step{step}/", "traces/": "ck/job1/traces/"},
+                    run="run1")
+    up = s3.BackgroundUploader(f"s3://{bucket}/out/", root=str(run), transfer=t, layout=lay)
+    up.live([str(trace)], interval_s=0)
+    up.submit(str(run / "checkpoints" / "step_10"))
+    c = s3env.client()
+    for step in (1, 2, 3):
+        with open(trace, "ab") as fh:
+            fh.write(json.dumps({"step": step}).encode() + b"\n")
+        up.tick()
+        deadline = time.monotonic() + 120  # guards against a hang only
+        while True:
+            try:
+                body = get(s3env, bucket, "out/ck/job1/traces/trace.jsonl")
+            except c.exceptions.NoSuchKey:
+                body = b""
+            if body == trace.read_bytes():
+                break
+            assert time.monotonic() < deadline, f"step {step} never reached S3"
+            time.sleep(0.1)
+        assert up.pending == 0 and not gate.is_set()  # the checkpoint is still stuck in its upload
+        assert "Contents" not in c.list_objects_v2(Bucket=bucket, Prefix="out/ck/job1/run1_step10/")
+    with open(trace, "ab") as fh:
+        fh.write(b'{"step": 4}\n{"step": 5, "torn')  # a line being written never goes up
+    gate.set()
+    up.submit(str(run))  # the whole run folder: only what the layout maps, live files by their lane
+    assert up.close(timeout=120) == []
+    keys = sorted(o["Key"] for o in c.list_objects_v2(Bucket=bucket)["Contents"])
+    assert keys == ["out/ck/job1/run1_step10/model.safetensors", "out/ck/job1/traces/trace.jsonl"]
+    assert get(s3env, bucket, "out/ck/job1/traces/trace.jsonl").endswith(b'{"step": 4}\n')
+    t.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from rlvr.cli import ConfigError, run, shard_callback, stdout_writer, with_examples
@@ -14,12 +16,14 @@ HELP = with_examples(
     `verifier` and the ground truth its verifier needs (see rlvr-records(5)).
 
     Rows come from --source (a local .jsonl/.json/.parquet/.arrow file, a folder holding
-    split files or a `datasets.save_to_disk` folder, or an s3:// URI), else from
-    $RLVR_DATA_DIR/NAME/, else from the Hugging Face hub. Offline, a hub name fails with a
-    message saying how to pass a local file.
+    split files or a `datasets.save_to_disk` folder, or an s3:// object or folder of either
+    kind, fetched into a local cache), else from $RLVR_S3_DATASETS/NAME/ (an S3 folder), else
+    from $RLVR_DATA_DIR/NAME/, else from the Hugging Face hub (MATH: its seven subjects).
+    Offline, a hub name fails with a message saying how to pass a local file.
 
     Order of selection: shuffle (with --seed), --order, --limit, then --shard I/N, so that N
-    shards of a limited set partition exactly that set.
+    shards of a limited set partition exactly that set. A dataset of a mixture ordered by
+    --order NAME=FILE keeps that order (no shuffle) and the weights still interleave it.
     """,
     """
 rlvr-data gsm8k --split test --source data/gsm8k/test.jsonl --limit 100
@@ -28,6 +32,8 @@ rlvr-data gsm8k --shots 5 --source gsm8k/ --split test   # few-shot from gsm8k/t
 rlvr-data mbpp --source mbpp.jsonl --shard 0/4
 rlvr-data --mix gsm8k:0.25,math:0.75 --source gsm8k=g.jsonl --source math=m.jsonl --seed 1
 rlvr-data gsm8k --source g.jsonl --order curriculum.txt
+rlvr-data --mix gsm8k:0.5,mbpp:0.5 --split train --order gsm8k=configs/curricula/gsm8k-easy-first.txt
+RLVR_S3_DATASETS=s3://bucket/datasets/ rlvr-data gsm8k   # S3, then RLVR_DATA_DIR, then the hub
 rlvr-data toy --limit 16      # the synthetic task of the CPU demo (answer always 7)
 """,
 )
@@ -63,27 +69,47 @@ def _sources(values: tuple[str, ...], names: list[str]) -> dict[str, str | None]
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for --shuffle and --mix.")
 @click.option("--shard", callback=shard_callback, metavar="I/N", help="Emit only shard I of N (0-based).")
 @click.option("--mix", "mixture", metavar="NAME:W,...", help="Interleave several datasets by weight.")
-@click.option("--order", metavar="FILE", help="Curriculum: emit the prompt ids listed in FILE (local or s3://), in that order.")
-def cmd(name, split, sources, fewshot_source, template, shots, chat, limit, shuffle, seed, shard, mixture, order):
+@click.option("--order", "orders", multiple=True, metavar="FILE|NAME=FILE",
+              help="Curriculum: emit the prompt ids listed in FILE (local or s3://), in that order; NAME=FILE "
+                   "orders one dataset of a mixture (repeatable), the weights still interleave them.")
+def cmd(name, split, sources, fewshot_source, template, shots, chat, limit, shuffle, seed, shard, mixture, orders):
     if bool(name) == bool(mixture):
         raise click.UsageError("give a dataset NAME or --mix, not both or neither")
     weights = parse_mix(mixture) if mixture else {name: 1.0}
     srcs = _sources(sources, list(weights))
+    per: dict[str, str] = {}
+    whole = []
+    for v in orders:
+        n, sep, path = v.partition("=")
+        if sep and n in weights:
+            per[n] = path
+        elif sep and n in SPECS and not os.path.exists(v):
+            raise click.BadParameter(f"{v}: {n} is not a dataset of this run", param_hint="--order")
+        else:
+            whole.append(v)
+    if len(whole) > 1:
+        raise click.BadParameter("one FILE for the whole output; NAME=FILE for each dataset of a mixture",
+                                 param_hint="--order")
+
+    def ids_of(path: str) -> list:
+        ids = read_order(path)
+        if not ids:
+            raise ConfigError(f"--order: {path} lists no prompt ids")
+        return ids
 
     def one(n: str) -> list[dict]:
         recs = load_records(n, split=split, source=srcs[n], template=template, shots=shots, chat=chat,
                             fewshot_source=fewshot_source)
+        if n in per:
+            return apply_order(recs, ids_of(per[n]), per[n])
         return select(recs, shuffle=shuffle, seed=seed)
 
     if mixture:
         recs = list(mix({n: one(n) for n in weights}, weights, seed=seed))
     else:
         recs = one(name)
-    if order:
-        ids = read_order(order)
-        if not ids:
-            raise ConfigError(f"--order: {order} lists no prompt ids")
-        recs = apply_order(recs, ids, order)
+    if whole:
+        recs = apply_order(recs, ids_of(whole[0]), whole[0])
     recs = select(recs, limit=limit, shard=shard)
     with stdout_writer() as out:
         for rec in recs:

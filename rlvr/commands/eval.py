@@ -9,7 +9,7 @@ import sys
 import click
 import orjson
 
-from rlvr.cli import ConfigError, Failure, check_output_dir, parse_shard, run, warn, with_examples
+from rlvr.cli import ConfigError, Failure, check_output_dir, err, parse_shard, run, warn, with_examples
 
 HELP = with_examples(
     """Evaluate checkpoints with canonical settings.
@@ -26,7 +26,8 @@ HELP = with_examples(
     --pass-at-k N draws N samples per prompt at temperature 1.0 and adds pass_at_k.json;
     --gpus spreads the prompts over one engine per GPU (auto: the free ones) and merges in
     order. Everything resumes: a finished benchmark (summary.json) is skipped, an
-    interrupted one continues from its completions.jsonl.
+    interrupted one continues from its completions.jsonl. CKPT may be an s3:// folder (fetched
+    once into a local cache) or a hub name (looked for under $RLVR_S3_MODELS first).
 
     --watch GLOB OUT_DIR polls for checkpoints (e.g. results/run_*/checkpoints/step_*),
     evaluates each once per benchmark in OUT_DIR/<checkpoint>/<benchmark>/, one child
@@ -127,9 +128,12 @@ def cmd(paths, benchmarks, gpu, gpus, pass_at_k, pattern, interval, once, idle_e
     from rlvr.engines import CheckpointError, EngineError
     from rlvr.engines.rollout import PromptError, record_stdout
 
+    from rlvr.models import resolve_model
+
+    ckpt = resolve_model(paths[0], log=functools.partial(err, "rlvr-eval")).path  # s3://... (and Org/Name with RLVR_S3_MODELS): the local cache
     with record_stdout() as out:  # engine processes cannot write into the JSON lines
         try:
-            results = ev.evaluate_checkpoint(paths[0], paths[1], benchmarks, opts, warn=say, subdirs=subdirs or None)
+            results = ev.evaluate_checkpoint(ckpt, paths[1], benchmarks, opts, warn=say, subdirs=subdirs or None)
         except (CheckpointError, PromptError, ValueError) as e:
             raise ConfigError(str(e)) from None
         except EngineError as e:

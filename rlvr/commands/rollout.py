@@ -6,8 +6,8 @@ import functools
 
 import click
 
-from rlvr.cli import (ConfigError, Failure, check_output_file, input_options, progress_option, run, shard_callback,
-                      warn, with_examples)
+from rlvr.cli import (ConfigError, Failure, check_output_file, err, input_options, progress_option, run,
+                      shard_callback, warn, with_examples)
 from rlvr.records import RecordWriter
 
 HELP = with_examples(
@@ -62,7 +62,7 @@ def _seed(ctx: click.Context, param: click.Parameter, value: str) -> int | None:
 
 @click.command(help=HELP)
 @input_options
-@click.option("-m", "--model", envvar="RLVR_MODEL", metavar="PATH", help="Model folder (rlvr-train checkpoint or Hugging Face folder) or hub id [env RLVR_MODEL].")
+@click.option("-m", "--model", envvar="RLVR_MODEL", metavar="PATH", help="Model folder (rlvr-train checkpoint or Hugging Face folder), s3:// folder (fetched once into a local cache) or hub id (looked for under $RLVR_S3_MODELS first) [env RLVR_MODEL].")
 @click.option("--engine", type=click.Choice(["vllm", "hf"]), default="vllm", show_default=True, help="Generation engine.")
 @click.option("-n", "n", type=click.IntRange(min=1), default=1, show_default=True, help="Completions per prompt.")
 @click.option("--temperature", type=click.FloatRange(min=0), default=1.0, show_default=True, help="Sampling temperature (0 = greedy).")
@@ -94,6 +94,10 @@ def cmd(files, keep_going, model, engine, n, temperature, top_p, top_k, max_toke
     from rlvr.engines.rollout import (PromptError, RolloutSettings, read_prompts, record_stdout, run as rollout,
                                       run_to_file, select)
 
+    if model:  # s3://... and, with RLVR_S3_MODELS, Org/Name: fetched once into the local cache
+        from rlvr.models import resolve_model
+
+        model = resolve_model(model, log=functools.partial(err, "rlvr-rollout")).path
     try:
         settings = RolloutSettings(
             model=model or "", engine=engine, chat_template=chat_template, max_prompt_len=max_prompt_len,

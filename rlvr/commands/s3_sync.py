@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from rlvr.cli import ConfigError, Failure, run, warn, with_examples
+from rlvr.cli import Failure, run, warn, with_examples
 from rlvr.records import RecordWriter
 
 PROG = "rlvr-s3-sync"
@@ -69,18 +69,6 @@ def _transfer(endpoint_url, workers=8, part_size=8):
     return S3Transfer(endpoint_url=endpoint_url, workers=workers, part_size=mib, multipart_threshold=mib)
 
 
-def _guard(fn):
-    """Turn rlvr.s3's errors into the shared exit codes (usage 2, runtime 1)."""
-    from rlvr.s3 import S3Error, S3UsageError
-
-    try:
-        return fn()
-    except S3UsageError as e:
-        raise ConfigError(str(e)) from None
-    except S3Error as e:
-        raise Failure(str(e)) from None
-
-
 def _finish(report, verb: str) -> None:
     click.echo(f"{PROG}: {verb}: {report.summary()}", err=True)
     if report.failed:
@@ -108,9 +96,9 @@ def push(local_dir, s3_uri, endpoint_url, include, exclude, delete, dry_run, wor
     from rlvr.s3 import push as do_push
 
     out = RecordWriter(sys.stdout.buffer)
-    report = _guard(lambda: do_push(local_dir, s3_uri, include, exclude, delete, dry_run,
-                                    transfer=_transfer(endpoint_url, workers, part_size), progress=progress,
-                                    on_action=lambda a: out.write(a.record())))
+    report = do_push(local_dir, s3_uri, include, exclude, delete, dry_run,
+                     transfer=_transfer(endpoint_url, workers, part_size), progress=progress,
+                     on_action=lambda a: out.write(a.record()))
     _finish(report, "push")
 
 
@@ -129,9 +117,9 @@ def pull(s3_uri, dir, endpoint_url, include, exclude, delete, dry_run, workers, 
     from rlvr.s3 import pull as do_pull
 
     out = RecordWriter(sys.stdout.buffer)
-    report = _guard(lambda: do_pull(s3_uri, dir, include, exclude, delete, dry_run, unpack=not no_unpack,
-                                    transfer=_transfer(endpoint_url, workers, part_size), progress=progress,
-                                    on_action=lambda a: out.write(a.record())))
+    report = do_pull(s3_uri, dir, include, exclude, delete, dry_run, unpack=not no_unpack,
+                     transfer=_transfer(endpoint_url, workers, part_size), progress=progress,
+                     on_action=lambda a: out.write(a.record()))
     if not (report.actions or report.skipped or report.failed):
         warn(f"nothing under {s3_uri.rstrip('/')}/ (pull takes a prefix: s3://bucket/prefix/JOB)", PROG)
     _finish(report, "pull")
@@ -173,10 +161,9 @@ def watch(pattern, src, dest, interval, idle_exit, files, lock, endpoint_url):
         return
     out = RecordWriter(sys.stdout.buffer)
     try:
-        n = _guard(lambda: do_watch(pattern, src, dest, files=files or WATCH_FILES, interval=interval,
-                                    idle_exit=idle_exit, transfer=_transfer(endpoint_url, 4),
-                                    on_action=lambda a: out.write(a.record()),
-                                    log=lambda m: click.echo(f"{PROG}: {m}", err=True)))
+        n = do_watch(pattern, src, dest, files=files or WATCH_FILES, interval=interval, idle_exit=idle_exit,
+                     transfer=_transfer(endpoint_url, 4), on_action=lambda a: out.write(a.record()),
+                     log=lambda m: click.echo(f"{PROG}: {m}", err=True))
         click.echo(f"{PROG}: watch: {n} download(s)", err=True)
     finally:
         held.release()

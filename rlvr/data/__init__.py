@@ -4,7 +4,8 @@
     recs = select(recs, shuffle=True, seed=1, limit=100, shard=(0, 4))
     stream = mix({"gsm8k": recs_a, "math": recs_b}, {"gsm8k": 0.25, "math": 0.75}, seed=0)
 
-Sources are tried in order: `source` (a local file or folder, or an s3:// URI), then
+Sources are tried in order: `source` (a local file or folder, or an s3:// object or folder),
+then $RLVR_S3_DATASETS/<name>/ (an S3 folder, fetched into the local cache), then
 $RLVR_DATA_DIR/<name>/, then the Hugging Face hub. See rlvr.data.catalog for the datasets and
 rlvr.data.templates for the prompt templates.
 """
@@ -33,12 +34,17 @@ def _raw(spec: Spec, split: str, source: str | None) -> tuple[list[dict], str]:
     if spec.name == "toy":
         return toy_rows(512 if split == "train" else 64, seed=0 if split == "train" else 1), "toy"
     src = source
+    if src is None and os.environ.get("RLVR_S3_DATASETS", "").strip():
+        src = _s3_default(spec.name)
     if src is None and os.environ.get("RLVR_DATA_DIR"):
         cand = os.path.join(os.environ["RLVR_DATA_DIR"], spec.name)
         if os.path.exists(cand):
             src = cand
     if src is None:
-        rows = load_rows(spec.hub, spec.hub_splits.get(split, split), spec.hub_config)
+        hub_split = spec.hub_splits.get(split, split)
+        rows = []
+        for config in spec.hub_configs or (spec.hub_config,):
+            rows.extend(load_rows(spec.hub, hub_split, config))
         where = f"hub:{spec.hub}"
     else:
         rows = load_rows(src, split)
@@ -46,6 +52,19 @@ def _raw(spec: Spec, split: str, source: str | None) -> tuple[list[dict], str]:
     if spec.split_filter is not None and rows and "task_id" in rows[0]:
         rows = [r for r in rows if spec.split_filter(r, split)]
     return rows, where
+
+
+def _s3_default(name: str) -> str | None:
+    """$RLVR_S3_DATASETS/<name>/ when that prefix holds anything (fetched into the local cache)."""
+    from rlvr.s3 import S3Error, download_folder_cached
+
+    uri = os.environ["RLVR_S3_DATASETS"].strip().rstrip("/") + f"/{name}/"
+    try:
+        return download_folder_cached(uri)
+    except S3Error as e:
+        if e.code == "NoSuchKey":
+            return None  # not on S3: RLVR_DATA_DIR, then the hub
+        raise
 
 
 def _convert(spec: Spec, rows: list[dict], split: str, where: str) -> list[dict]:

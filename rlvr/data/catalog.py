@@ -27,6 +27,7 @@ class Spec:
     hub_splits: dict[str, str] = field(default_factory=dict)  # our split -> hub split
     split_filter: Callable[[dict, str], bool] | None = None   # rows of a split inside one file
     solution: Callable[[dict], str] | None = None            # worked solution, for few-shot
+    hub_configs: tuple[str, ...] = ()  # hub configurations loaded one by one and concatenated
 
 
 class RowError(ValueError):
@@ -159,11 +160,15 @@ def _toy(row: dict, i: int, split: str) -> dict:
     return {"id": f"toy/{split}/{row.get('id', i)}", "question": _get(row, "question"), "answer": str(_get(row, "answer"))}
 
 
+MATH_SUBJECTS = ("algebra", "counting_and_probability", "geometry", "intermediate_algebra", "number_theory",
+                 "prealgebra", "precalculus")
+
 SPECS: dict[str, Spec] = {s.name: s for s in [
     Spec("gsm8k", "openai/gsm8k", "main", "math", "test", _gsm8k, template="qa", fewshot_split="train",
          solution=_gsm8k_solution),
+    # one hub configuration per subject, none for all: the seven are loaded in this order
     Spec("math", "EleutherAI/hendrycks_math", None, "math", "test", _math, template="boxed", fewshot_split="train",
-         solution=_math_solution),
+         solution=_math_solution, hub_configs=MATH_SUBJECTS),
     Spec("math500", "HuggingFaceH4/MATH-500", None, "math", "test", _math500, template="boxed",
          solution=_math_solution),
     Spec("mbpp", "google-research-datasets/mbpp", "full", "code", "test", _mbpp, template="mbpp",

@@ -3,6 +3,7 @@
     rows = load_rows("path/to/test.jsonl")                  # jsonl, json, parquet, arrow, .gz
     rows = load_rows("path/to/folder", split="test")        # a folder holding split files
     rows = load_rows("s3://bucket/data/test.parquet")       # cached locally (rlvr.s3)
+    rows = load_rows("s3://bucket/data/gsm8k/", split="test")   # an S3 folder (save_to_disk too)
     rows = load_rows("openai/gsm8k", split="test", config="main")   # the Hugging Face hub
 
 Every loader returns a list of plain dicts. A hub name that cannot be reached fails with one
@@ -90,11 +91,10 @@ def _split_files(folder: str, split: str | None) -> list[str]:
 def load_rows(source: str, split: str | None = None, config: str | None = None) -> list[dict]:
     """Raw rows of a dataset from a file, folder, s3:// URI or hub name (in that order)."""
     if source.startswith("s3://"):
-        try:
-            from rlvr.s3 import download_cached
-        except ImportError as e:  # pragma: no cover - rlvr.s3 ships with the package
-            raise SourceError(f"{source}: S3 support unavailable ({e})") from None
-        return _read_file(download_cached(source))
+        from rlvr.s3 import fetch_cached
+
+        # an object (a file), or a folder: split files or a datasets.save_to_disk folder
+        source = fetch_cached(source)
     if os.path.isfile(source):
         return _read_file(source)
     if os.path.isdir(source):

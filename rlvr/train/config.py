@@ -28,8 +28,9 @@ class DataConfig:
     template: str | None = None
     shots: int = 0
     chat: bool = False
-    order: str | None = None
-    """Curriculum: a file (local or s3://) listing prompt ids in the order to train on."""
+    order: str | dict[str, str] | None = None
+    """Curriculum: a file (local or s3://) listing prompt ids in the order to train on, or one such file per
+    dataset of a mixture ({gsm8k: FILE, math: FILE}; the weights still interleave them, others stay shuffled)."""
     shuffle: bool = True
     seed: int = 0
     limit: int | None = None
@@ -130,6 +131,19 @@ class CheckpointConfig:
 
 
 @dataclass
+class UploadConfig:
+    """How the run folder reaches checkpoint.upload (see docs/s3.md, "Uploads while training")."""
+
+    live: list[str] = field(default_factory=lambda: ["traces/trace.jsonl", "traces/samples.jsonl"])
+    """Run-folder files sent while training runs, whenever they changed (at most every trace_interval_s)."""
+    trace_interval_s: float = 10.0
+    """Least seconds between two uploads of the live files; 0 = after every step. Off the training thread."""
+    layout: dict[str, str | None] = field(default_factory=dict)
+    """Run-folder path -> key under checkpoint.upload, first match wins, e.g. {"checkpoints/step_{step}/":
+    "ckpt/{run}_step{step}/", "traces/": "ckpt/traces/"}; empty = everything under <run folder name>/."""
+
+
+@dataclass
 class LogConfig:
     samples_per_step: int = 2
     """Full samples per step written to traces/samples.jsonl."""
@@ -159,6 +173,7 @@ class TrainConfig:
     verify: VerifyConfig = field(default_factory=VerifyConfig)
     train: TrainerConfig = field(default_factory=TrainerConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    upload: UploadConfig = field(default_factory=UploadConfig)
     log: LogConfig = field(default_factory=LogConfig)
     ray: RayConfig = field(default_factory=RayConfig)
     sync: SyncConfig = field(default_factory=SyncConfig)
@@ -184,6 +199,12 @@ def check(cfg: TrainConfig) -> list[str]:
         raise ConfigError("data: set exactly one of dataset and mix")
     if cfg.verify.reward_mode not in ("binary", "fraction"):
         raise ConfigError(f"verify.reward_mode: expected binary or fraction, got {cfg.verify.reward_mode!r}")
+    if cfg.upload.trace_interval_s < 0:
+        raise ConfigError("upload.trace_interval_s must be >= 0")
+    if cfg.upload.layout:
+        from rlvr.s3 import Layout
+
+        Layout(cfg.upload.layout, run="run")  # a bad pattern or template fails before anything starts
     warnings = []
     if r.top_p < 1.0 or r.top_k not in (-1, 0):
         warnings.append("rollout.top_p < 1 or top_k set: truncated sampling biases the importance ratio "

@@ -70,6 +70,8 @@ class Run:
     # -- set-up ------------------------------------------------------------------------------
 
     def _base_model(self) -> str:
+        from rlvr.models import resolve_model
+
         path = self.cfg.model.path
         if path == "tiny":
             path = os.path.join(self.run_dir, "base_model")
@@ -77,7 +79,11 @@ class Run:
                 from rlvr.tiny import build
 
                 build(path, seed=self.cfg.train.seed)
-        return path
+            return path
+        # s3://... (and Org/Name under $RLVR_S3_MODELS) -> a local folder, before any engine starts
+        m = resolve_model(path, log=log)
+        update_manifest(self.run_dir, model=m.record())
+        return m.path
 
     def _env(self) -> dict:
         keep = ("OMP_NUM_THREADS", "VLLM_CPU_KVCACHE_SPACE", "TOKENIZERS_PARALLELISM", "CUDA_VISIBLE_DEVICES",
@@ -232,13 +238,20 @@ class Run:
     def _uploader(self):
         if not self.cfg.checkpoint.upload:
             return None
-        from rlvr.s3 import BackgroundUploader
+        from rlvr.s3 import BackgroundUploader, Layout
 
-        # s3://bucket/prefix/ + <run folder name>/...: the layout rlvr-s3-sync pull expects.
-        # Checkpoints being written (hidden .tmp-* folders) stay local; a checkpoint's
-        # completeness marker goes up after its weights, so a remote copy is never falsely complete.
-        return BackgroundUploader(self.cfg.checkpoint.upload, root=os.path.dirname(os.path.abspath(self.run_dir)),
-                                  exclude=["*/.tmp-*"], last=["trainer_state.pt"])
+        # Default: s3://bucket/prefix/ + <run folder name>/..., the layout rlvr-s3-sync pull
+        # expects (upload.layout maps it otherwise). Checkpoints being written (hidden .tmp-*
+        # folders) stay local; a checkpoint's completeness marker goes up after its weights, so
+        # a remote copy is never falsely complete. The live files (traces) go up on their own
+        # thread as steps end, never behind a checkpoint.
+        u = self.cfg.upload
+        run_dir = os.path.abspath(self.run_dir)
+        up = BackgroundUploader(self.cfg.checkpoint.upload, root=run_dir,
+                                layout=Layout(u.layout or Layout.DEFAULT, run=os.path.basename(run_dir)),
+                                exclude=["*/.tmp-*"], last=["trainer_state.pt"])
+        up.live([os.path.join(run_dir, p) for p in u.live], u.trace_interval_s)
+        return up
 
     def _sampling(self) -> dict:
         r = self.cfg.rollout
@@ -484,6 +497,8 @@ class Run:
                                    "completion": v["completions"][0] if v["completions"] else "",
                                    "reward": v["rewards"][0] if v["rewards"] else None,
                                    "verdict": v["verdicts"][0] if v.get("verdicts") else None})
+            if uploader is not None:
+                uploader.tick()  # the live traces changed: sent on the uploader's thread
             if cfg.log.stdout:
                 import orjson
 

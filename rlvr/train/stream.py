@@ -2,7 +2,9 @@
 
 Batch k of a run holds prompts [k*B, (k+1)*B) of the stream, so a resumed run continues at
 exactly the next unseen prompt (the checkpoint stores the step). Each epoch is shuffled with
-(seed, epoch) unless a curriculum order file fixes the order.
+(seed, epoch) unless a curriculum order file fixes the order: one for the whole stream, or
+one per dataset of a mixture (data.order: {gsm8k: FILE, ...}), whose datasets are then each
+in their own order while the mixture's weights still decide which dataset comes next.
 """
 
 from __future__ import annotations
@@ -28,11 +30,19 @@ class PromptStream:
                 self.by_name[n] = recs[:dcfg.limit]
             if not self.by_name[n]:
                 raise ConfigError(f"data: dataset {n} has no prompts")
-        self.order = read_order(dcfg.order) if dcfg.order else None
+        # data.order: one file for the whole stream, or one per dataset of a mixture (each
+        # dataset's prompts in its own order, interleaved by the mixture's weights)
+        orders = dcfg.order if isinstance(dcfg.order, dict) else {}
+        unknown = set(orders) - set(names)
+        if unknown:
+            raise ConfigError(f"data.order: {sorted(unknown)[0]} is not a dataset of this run")
+        self.orders = {n: (p, read_order(p)) for n, p in orders.items()}
+        self.order = read_order(dcfg.order) if isinstance(dcfg.order, str) and dcfg.order else None
         self._epochs: dict[int, list[dict]] = {}
-        if self.order is not None:
-            if not self.order:
-                raise ConfigError(f"data.order: {dcfg.order} lists no prompt ids")
+        for path, ids in [(dcfg.order, self.order)] * (self.order is not None) + list(self.orders.values()):
+            if not ids:
+                raise ConfigError(f"data.order: {path} lists no prompt ids")
+        if self.order is not None or self.orders:
             self.epoch(0)  # an unknown id fails now, before Ray and the engines start
 
     def epoch(self, e: int) -> list[dict]:
@@ -42,7 +52,10 @@ class PromptStream:
             streams = {}
             for n, recs in self.by_name.items():
                 recs = list(recs)
-                if self.cfg.shuffle and self.order is None:
+                if n in self.orders:
+                    path, ids = self.orders[n]
+                    recs = apply_order(recs, ids, path, unique=False)
+                elif self.cfg.shuffle and self.order is None:
                     random.Random(seed).shuffle(recs)
                 streams[n] = recs
             if self.cfg.mix:
