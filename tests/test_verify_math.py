@@ -355,6 +355,8 @@ def test_a_row_break_is_not_a_spacing_command():
     ("The answer is 12\nand then 13.", "12"),                               # the line ends it too
     ("The answer is 17", "17"),
     ("the answer is: 8. The End.", "8"),
+    ("The answer is no. Because 5 is odd.", "no"),                         # a word that ends answers
+    ("The answer is 5 sec. Then 6 sec.", "5 sec"),
 ])
 def test_the_answer_is_extracts_up_to_the_end_of_that_sentence(text, want):
     assert vm.extract_answer(text) == (want, "answer_is")

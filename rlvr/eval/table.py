@@ -297,10 +297,6 @@ def render(scores: Iterable[Score], fmt: str = "markdown", baseline: Baseline | 
     return "\n".join(lines) + "\n"
 
 
-def results_table(root: str, fmt: str = "markdown", baseline: Baseline | None = None) -> str:
-    return render(collect(root), fmt, baseline)
-
-
 def write_tables(root: str) -> None:
     """Refresh root/results.md and root/results.csv from the results below root."""
     if not os.path.isdir(root):

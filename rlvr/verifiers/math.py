@@ -92,8 +92,9 @@ def _delimited(s: str) -> str:
 
 
 # Words whose period does not end a sentence ("approx. 3.5", "e.g. 4").
-_ABBREVIATIONS = frozenset({"approx", "approximately", "ca", "cf", "e.g", "eg", "i.e", "ie", "vs", "resp", "dr", "mr",
-                            "mrs", "ms", "st", "no", "fig", "eq", "eqn", "sec", "ch", "vol", "p", "pp"})
+# Only words that never end an answer: "no", "sec" or "etc." may, so they end the sentence.
+_ABBREVIATIONS = frozenset({"approx", "ca", "cf", "e.g", "i.e", "vs", "resp", "dr", "mr", "mrs", "ms", "fig", "eq",
+                            "eqn"})
 _ENV = re.compile(r"\\(begin|end)\s*\{")
 
 
