@@ -107,6 +107,20 @@ def test_gpu_ids_are_physical_or_relative_to_cuda_visible_devices():
         sweep.resolve_gpus(["0"], "relative", None)
 
 
+def test_pick_gpus_for_gpu_and_gpus_in_both_modes(monkeypatch):
+    said: list[str] = []
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")
+    assert sweep.pick_gpus("1", None, "visible", said.append) == ["5"]
+    assert sweep.pick_gpus(None, "0, 2", "visible", said.append) == ["4", "6"]
+    assert sweep.pick_gpus(None, "5", "absolute", said.append) == ["5"] and said == []
+    assert sweep.pick_gpus("1", None, "absolute", said.append) == ["1"] and "outside CUDA_VISIBLE_DEVICES" in said[0]
+    assert sweep.pick_gpus(None, None, "visible", said.append) is None
+    with pytest.raises(UsageError, match="names no GPU"):
+        sweep.pick_gpus(None, ",", "absolute", said.append)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert sweep.pick_gpus(None, "0,1", "visible", said.append) == ["0", "1"]
+
+
 def test_unit_command_passes_the_task_its_shots_and_one_gpu():
     opts = ev.EvalOptions(engine="hf", source={"gsm8k": "g.jsonl", "toy": "t.jsonl"}, limit=3)
     cmd = sweep.unit_command(sweep.Unit("/c/a", "out/a/gsm8k_8shot", sweep.Task("gsm8k", 8)), opts, "3")
