@@ -348,7 +348,7 @@ def test_a_row_break_is_not_a_spacing_command():
     ("The answer is 4 (i.e. two pairs). So 9 is out.", "4 (i.e. two pairs)"),  # a period inside parentheses
     ("The answer is \\text{Dr. Who}. Next 5", "\\text{Dr. Who}"),             # a period inside braces
     ("The answer is $x = 2.5$. Check: 2.5 + 1 = 3.5.", "x = 2.5"),
-    ("The answer is $3. 5$ and more. 9", "3. 5"),                           # the leading $...$ span
+    ("The answer is $3.5$ and more. 9", "3.5"),                             # the leading $...$ span
     ("The answer is 3.\\! 5. Then 8", "3.\\! 5"),
     ("The answer is \\begin{pmatrix} 1. \\\\ 2 \\end{pmatrix}. So 7.", "\\begin{pmatrix} 1. \\\\ 2 \\end{pmatrix}"),
     ("The answer is\n\\begin{pmatrix}\n1 \\\\\n2\n\\end{pmatrix}.\nDone: 7", "\\begin{pmatrix}\n1 \\\\\n2\n\\end{pmatrix}"),
@@ -357,6 +357,11 @@ def test_a_row_break_is_not_a_spacing_command():
     ("the answer is: 8. The End.", "8"),
     ("The answer is no. Because 5 is odd.", "no"),                         # a word that ends answers
     ("The answer is 5 sec. Then 6 sec.", "5 sec"),
+    ("The answer is $18. So we had $5 left.", "$18"),                       # currency, not math
+    ("The answer is $18.50. Next", "$18.50"),
+    ("The answer is 7 $\\left. \\frac{dy}{dx} \\right|_{x=1}$. Next 8", "7 $\\left. \\frac{dy}{dx} \\right|_{x=1}$"),
+    ("The answer is 3 \\left. x \\right|. Then 4", "3 \\left. x \\right|"),
+    ("The answer is $$\n\\frac{1}{2}.\n$$ Then 4.", "\\frac{1}{2}."),       # display math across lines
 ])
 def test_the_answer_is_extracts_up_to_the_end_of_that_sentence(text, want):
     assert vm.extract_answer(text) == (want, "answer_is")
@@ -367,3 +372,4 @@ def test_the_answer_is_sentence_grades_the_answer_only():
     assert status("42", "The answer is 42. But 41 would have been wrong.") == "correct"
     assert status(COL, "The answer is $\\begin{pmatrix}1\\\\2\\end{pmatrix}$. Done, 3.") == "correct"
     assert status("7", "The answer is 6. Not 7.") == "wrong"
+    assert status("18", "The answer is $18. So we had $5 left.") == "correct"

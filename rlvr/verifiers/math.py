@@ -81,9 +81,10 @@ def _delimited(s: str) -> str:
     s = s.lstrip()
     for open_, close in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
         if s.startswith(open_):
-            end = s.find(close, len(open_))
+            end = _inline_math_end(s, 0) - 1 if open_ == "$" else s.find(close, len(open_))
             if end > 0:
                 return s[len(open_):end]
+            break
     line = first_sentence(s)
     m = _HOPE.search(line)
     if m:
@@ -102,10 +103,10 @@ def first_sentence(s: str) -> str:
     """s up to the end of its first sentence: a period, "!" or "?" followed by a space or the
     end of the text, outside math ($...$, \\(...\\), \\[...\\], a LaTeX environment), braces,
     brackets and parentheses, and not after an abbreviation; or up to the end of the line,
-    whichever comes first (a line break inside math or an environment does not end it).
-    A decimal point (3.5) is followed by a digit, so it never ends a sentence."""
+    whichever comes first (a line break inside $$...$$ or an environment does not end it).
+    A decimal point (3.5) is followed by a digit, so it never ends a sentence; a $ that
+    opens no math span on its line is a currency sign."""
     depth = env = 0
-    dollars = False
     i, n = 0, len(s)
     while i < n:
         c = s[i]
@@ -115,29 +116,53 @@ def first_sentence(s: str) -> str:
                 env += 1 if m.group(1) == "begin" else -1 if env else 0
                 i = m.end() - 1        # the "{" opens a group, counted below
                 continue
+            m = _COMMAND.match(s, i)
+            if m:                      # a command; \left. and \right. carry their "." along
+                i = m.end() + (m.group(1) in _SIZED and s.startswith(".", m.end()))
+                continue
             nxt = s[i + 1:i + 2]
             if nxt in ("(", "["):
                 depth += 1
             elif nxt in (")", "]"):
                 depth = max(0, depth - 1)
-            i += 2                     # \\, \{, \$, \. and the first letter of a command
+            i += 2                     # \\, \{, \$, \. ...
             continue
         if c == "$":
-            dollars = not dollars
-            i += 2 if s.startswith("$$", i) else 1
-            continue
+            end = _inline_math_end(s, i)
+            if end > i:                # $...$ / $$...$$ is skipped whole; a lone $ is currency
+                i = end
+                continue
         if c in "{([":
             depth += 1
         elif c in "})]":
             depth = max(0, depth - 1)
-        elif c == "\n" and not (dollars or env):
+        elif c == "\n" and not env:
             return s[:i].strip()
-        elif c in ".!?" and not (dollars or env or depth) and (i + 1 == n or s[i + 1].isspace()):
+        elif c in ".!?" and not (env or depth) and (i + 1 == n or s[i + 1].isspace()):
             word = re.search(r"[A-Za-z.]*$", s[:i]).group(0).strip(".").lower()
             if c != "." or word not in _ABBREVIATIONS:
                 return s[:i].strip()
         i += 1
     return s.strip()
+
+
+_COMMAND = re.compile(r"\\([A-Za-z]+)")
+_SIZED = frozenset({"left", "right", "bigl", "bigr", "Bigl", "Bigr", "biggl", "biggr", "big", "Big", "bigg", "Bigg"})
+_SENTENCE_END = re.compile(r"[.!?]\s")
+
+
+def _inline_math_end(s: str, i: int) -> int:
+    """For s[i] == "$": the index after the math span it opens, or i when it opens none.
+    $$...$$ may span lines; $...$ must close on the same line with no sentence end inside
+    ("$18. So we had $5." is currency, not math)."""
+    if s.startswith("$$", i):
+        j = s.find("$$", i + 2)
+        return j + 2 if j > i + 2 else i
+    j = s.find("$", i + 1)
+    inner = s[i + 1:j] if j > i + 1 else ""
+    if not inner or "\n" in inner or _SENTENCE_END.search(inner):
+        return i
+    return j + 1
 
 
 _MD_WRAP = ("**", "__", "*", "_", "`")
