@@ -32,7 +32,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from rlvr import evaluate as ev
@@ -74,12 +74,12 @@ def parse_task(text: str) -> Task:
     return Task(m.group("name"), int(shots) if shots is not None else None)
 
 
-def check_tasks(tasks: Sequence[Task], known: Container[str], shots_supported: bool) -> None:
+def check_tasks(tasks: Sequence[Task], known: Collection[str], shots_supported: bool) -> None:
     """UsageError for a task rlvr-eval cannot run: an unknown benchmark, or a shot count
     where the evaluation takes none."""
     for t in tasks:
         if t.name not in known:
-            raise UsageError(f"unknown benchmark {t.name!r} (known: {', '.join(known)})")  # type: ignore[arg-type]
+            raise UsageError(f"unknown benchmark {t.name!r} (known: {', '.join(known)})")
         if t.shots is not None and not shots_supported:
             raise UsageError(f"task {t}: this rlvr-eval has no --shots; name the benchmark alone (-b {t.name})")
     folders = [t.folder for t in tasks]
