@@ -165,3 +165,37 @@ def test_table_usage(tmp_path):
     assert r.code == 2 and "--baseline goes with --table" in r.stderr
     r = invoke("rlvr-eval", ["--table", str(tmp_path), "--baseline", str(tmp_path / "nope.yaml")])
     assert r.code == 2 and "cannot read" in r.stderr
+
+
+def test_a_results_file_lm_eval_wrote_itself(tmp_path):
+    """tests/data/eval/lm_eval_results_gsm8k_2shot.json: lm-eval 0.4.13's own output, in its
+    own layout (OUT/<model_name_sanitized>/results_<date>.json, here below OUT/base/gsm8k_2shot)."""
+    from helpers import DATA
+
+    src = os.path.join(DATA, "eval", "lm_eval_results_gsm8k_2shot.json")
+    d = tmp_path / "base" / "gsm8k_2shot" / "__ckpts__base"
+    d.mkdir(parents=True)
+    (d / "results_2026-11-23T21-23-00.797576.json").write_bytes(open(src, "rb").read())
+    got = sorted((s.checkpoint, s.task, s.metric, s.value) for s in tables.collect(str(tmp_path)))
+    assert got == [("base", "gsm8k_2shot", "exact_match,flexible-extract", 0.0),
+                   ("base", "gsm8k_2shot", "exact_match,strict-match", 0.0)]     # not sample_len, not stderr
+    # straight into OUT (lm_eval --output_path OUT): named by the model it records
+    (tmp_path / "base" / "gsm8k_2shot" / "__ckpts__base").rename(tmp_path / "__ckpts__base")
+    assert {s.checkpoint for s in tables.collect(str(tmp_path))} == {"/ckpts/base"}
+
+
+def test_a_group_without_scores_keeps_its_subtasks(tmp_path):
+    data = lm_eval_results("/m", "minerva_math", 4, {}, subtasks={"minerva_math_algebra": {"exact_match,none": 0.4},
+                                                                   "minerva_math_geometry": {"exact_match,none": 0.2}})
+    put_lm_eval(tmp_path, "m", "results_1.json", data)
+    got = sorted((s.task, s.value) for s in tables.collect(str(tmp_path)))
+    assert got == [("minerva_math_algebra_4shot", 0.4), ("minerva_math_geometry_4shot", 0.2)]
+
+
+def test_lm_eval_output_path_ending_in_json_and_reruns(tmp_path):
+    # lm_eval --output_path OUT/run.json writes OUT/run_<date>.json; the newest of a stem counts
+    for date, x in (("2026-11-22T09-00-00.1", 0.1), ("2026-11-23T09-00-00.1", 0.5)):
+        put_lm_eval(tmp_path, "ck", f"run_{date}.json", lm_eval_results("/m", "gsm8k", 8, {"exact_match,none": x}))
+    put_lm_eval(tmp_path, "ck", "other.json", lm_eval_results("/m", "ifeval", 0, {"inst_level_strict_acc,none": 0.3}))
+    got = sorted((s.checkpoint, s.task, s.value) for s in tables.collect(str(tmp_path)))
+    assert got == [("ck", "gsm8k_8shot", 0.5), ("ck", "ifeval_0shot", 0.3)]

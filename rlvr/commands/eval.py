@@ -46,8 +46,8 @@ HELP = with_examples(
     or positions in CUDA_VISIBLE_DEVICES with --gpu-mode visible; --gpus auto picks the
     free GPUs of this node (rlvr-gpu-free).
 
-    --table DIR prints one table of every rlvr summary.json and lm-eval results*.json below
-    DIR (a row per checkpoint, a column per task and metric); --baseline FILE (a YAML of
+    --table DIR prints one table of every rlvr summary.json and lm-eval results file
+    (results_<date>.json) below DIR (a row per checkpoint, a column per task and metric); --baseline FILE (a YAML of
     reference scores, e.g. configs/baselines/qwen3-1.7B-base.yaml) adds a baseline row
     and each checkpoint's difference to it.
 

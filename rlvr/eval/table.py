@@ -1,6 +1,6 @@
 """Results tables: rlvr summaries and lm-eval result files alike, checkpoint x task x metric.
 
-    scores = collect("evals")                            # every summary.json and results*.json below
+    scores = collect("evals")                  # every rlvr summary.json and lm-eval results file below
     print(render(scores, "markdown", baseline=load_baseline("configs/baselines/qwen3-1.7B-base.yaml")))
 
 Sources, found anywhere below the folder:
@@ -9,10 +9,12 @@ Sources, found anywhere below the folder:
   (``gsm8k_8shot``; the benchmark alone when none is recorded; ``-pass@N`` added in pass@k
   mode), the metrics are every number in ``metrics`` under its own key, whatever the
   naming (``accuracy`` or lm-eval's ``exact_match,strict-match``).
-- lm-eval's ``results*.json`` (``{"results": {task: {"metric,filter": x, "metric_stderr,filter":
-  ...}}, "n-shot": {task: N}, "configs": ...}``): one task per entry of ``results`` (a group's
-  subtasks are left out when the group itself is there), every ``metric,filter`` number but
-  the standard errors. When a folder holds several (reruns), the newest name counts.
+- lm-eval's results files, ``results_<date>.json`` (``{"results": {task: {"metric,filter":
+  x, "metric_stderr,filter": ...}}, "n-shot": {task: N}, "configs": ...}``, any JSON file of
+  that shape): one task per entry of ``results`` (a group's
+  subtasks are left out when the group itself has scores), every ``metric,filter`` number but
+  the standard errors (``sample_len`` and other fields are not metrics). When a folder holds
+  several (reruns), the newest name counts.
 
 The checkpoint of a score is its folder's path below the table's root, without the task's
 own folder (``<output_name>/gsm8k_8shot/`` -> ``<output_name>``) and without lm-eval's
@@ -120,7 +122,7 @@ def read_lm_eval(path: str, root: str, data: dict) -> list[Score]:
     results = data.get("results") or {}
     nshot = data.get("n-shot") if isinstance(data.get("n-shot"), dict) else {}
     groups = data.get("group_subtasks") if isinstance(data.get("group_subtasks"), dict) else {}
-    hidden = {sub for g, subs in groups.items() if g in results and isinstance(subs, list) for sub in subs}
+    hidden = {sub for g, subs in groups.items() if isinstance(subs, list) and _metrics(results.get(g)) for sub in subs}
     tasks: dict[str, str] = {}
     for name in results:
         if name in hidden:
@@ -132,14 +134,17 @@ def read_lm_eval(path: str, root: str, data: dict) -> list[Score]:
              or _lm_eval_model(data) or path)
     out = []
     for name, task in tasks.items():
-        entry = results[name]
-        if not isinstance(entry, dict):
-            continue
-        for key, v in entry.items():
-            if key == "alias" or "_stderr" in key or _number(v) is None:
-                continue
-            out.append(Score(label, task, key, _number(v), path))
+        out += [Score(label, task, key, v, path) for key, v in _metrics(results[name])]
     return out
+
+
+def _metrics(entry) -> list[tuple[str, float]]:
+    """The "metric,filter" numbers of an lm-eval results entry (no standard errors, and
+    none of its other fields: alias, name, sample_len)."""
+    if not isinstance(entry, dict):
+        return []
+    return [(k, float(v)) for k, v in entry.items()
+            if "," in k and "_stderr" not in k.split(",")[0] and _number(v) is not None]
 
 
 def _is_lm_eval(data) -> bool:
@@ -147,17 +152,26 @@ def _is_lm_eval(data) -> bool:
         any(k in data for k in ("configs", "n-shot", "versions", "config"))
 
 
+_DATED = re.compile(r"^(.*)_\d{4}-\d{2}-\d{2}T[\d.\-]+\.json$")   # lm-eval's <stem>_<isoformat date>.json
+
+
 def collect(root: str) -> list[Score]:
-    """Every score below root: rlvr summary.json files and lm-eval results*.json files (the
-    newest of a folder). Files that do not parse or are neither are skipped."""
+    """Every score below root: rlvr summary.json files and lm-eval results files (any JSON
+    file shaped like one: results_<date>.json, or <stem>_<date>.json for an --output_path
+    ending in .json; of several dated ones in a folder, the newest). Files that do not
+    parse or are neither are skipped."""
     scores: list[Score] = []
     for p in sorted(glob.glob(os.path.join(root, "**", "summary.json"), recursive=True)):
         data = _load(p)
         if isinstance(data, dict) and "metrics" in data and "benchmark" in data:
             scores += read_summary(p, root, data)
-    newest: dict[str, str] = {}
-    for p in sorted(glob.glob(os.path.join(root, "**", "results*.json"), recursive=True)):
-        newest[os.path.dirname(p)] = p        # sorted: results_<timestamp> names, the newest last
+    newest: dict[tuple[str, str], str] = {}
+    for p in sorted(glob.glob(os.path.join(root, "**", "*.json"), recursive=True)):
+        name = os.path.basename(p)
+        if name in ("summary.json", "pass_at_k.json"):
+            continue
+        m = _DATED.match(name)                 # sorted: <stem>_<timestamp> names, the newest last
+        newest[(os.path.dirname(p), m.group(1) if m else name)] = p
     for p in newest.values():
         data = _load(p)
         if _is_lm_eval(data):
