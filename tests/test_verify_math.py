@@ -306,6 +306,7 @@ M22 = "\\begin{pmatrix} -1 & \\frac{1}{2} \\\\ 3 & 4 \\end{pmatrix}"
     (COL, "\\begin{pmatrix}1\\\\2\\end{pmatrix}"),                       # no spaces
     (COL, "\\begin{pmatrix}\n  1 \\\\\n  2 \\\\\n\\end{pmatrix}"),          # one row a line, trailing row break
     (COL, "\\begin{bmatrix} 1 \\\\ 2 \\end{bmatrix}"),                   # brackets instead of parentheses
+    (COL, "\\begin{matrix} 1 \\\\ 2 \\end{matrix}"),                     # no delimiters
     (COL, "\\left(\\begin{array}{c} 1 \\\\ 2 \\end{array}\\right)"),       # an array in \left( \right)
     (COL, "\\begin {pmatrix} 1\\\\[2pt] 2 \\end {pmatrix}"),               # spaced markers, a row-break skip
     (M22, "\\begin{pmatrix}-1&1/2\\\\3&4\\end{pmatrix}"),                # a fraction written otherwise
