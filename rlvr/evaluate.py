@@ -1,9 +1,10 @@
-"""rlvr-eval's library: canonical checkpoint evaluation, the watch loop, results tables.
+"""rlvr-eval's library: canonical checkpoint evaluation.
 
     summaries = evaluate_checkpoint("results/run1/checkpoints/step_000100", "evals/step100",
                                     ["gsm8k", "ifeval"], EvalOptions(source={"gsm8k": "gsm8k/test.jsonl"}))
-    watch("results/run_*/checkpoints/step_*", "evals", ["gsm8k"], EvalOptions(), once=True)
-    print(results_table("evals", "markdown"))
+
+Sweeps over many checkpoints and GPUs (--jobs, --watch) are rlvr.eval.jobs; results
+tables are rlvr.eval.table.
 
 One evaluation composes the same three homes the commands use: rlvr.data.load_records
 (prompts), rlvr.engines.rollout (generation, resumable completions.jsonl) and
@@ -12,20 +13,13 @@ rlvr.passk for summary.json and pass_at_k.json. Canonical settings (BENCHMARKS, 
 are fixed so numbers from different runs compare; docs/rollout.md lists them.
 
 Layout: evaluate_checkpoint writes OUT/ for one benchmark, OUT/<benchmark>/ for several
-(OUT/<benchmark>-pass@N/ in pass@k mode). watch writes OUT/<checkpoint>/<benchmark>/, where
-<checkpoint> is the checkpoint's path below the pattern's fixed prefix, and refreshes
-OUT/results.md and OUT/results.csv. A benchmark whose summary.json exists is done and
-skipped; an interrupted one resumes from its completions.jsonl.
+(OUT/<benchmark>-pass@N/ in pass@k mode). A benchmark whose summary.json exists is done
+and skipped; an interrupted one resumes from its completions.jsonl.
 """
 
 from __future__ import annotations
 
-import csv
-import glob
-import io
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -82,23 +76,6 @@ class EvalOptions:
     pass_at_k: int | None = None           # N samples at temperature 1.0, and pass@k
     verify_jobs: int | None = None
     progress: bool | None = None
-
-
-def pick_devices(gpu: str | None, gpus: str | None, warn: Callable[[str], None]) -> list[str] | None:
-    """--gpu N / --gpus 0,1,... / --gpus auto (the free GPUs, rlvr.gpu) -> GPU ids; None: no choice."""
-    if gpu is not None:
-        return [gpu]
-    if gpus is None:
-        return None
-    if gpus != "auto":
-        return [g.strip() for g in gpus.split(",") if g.strip()] or None
-    from rlvr import gpu as gpu_state
-
-    try:
-        return [str(i) for i in gpu_state.free_gpus()] or None
-    except gpu_state.GpuError as e:
-        warn(f"--gpus auto: {e}; running on this machine as it is")
-        return None
 
 
 def leaf(bench: str, opts: EvalOptions) -> str:
@@ -187,7 +164,7 @@ def evaluate_one(ckpt: str, out: str, bench: str, opts: EvalOptions, records: li
         "settings": {"dataset": b.dataset, "split": b.split, "template": b.template, "chat": opts.chat,
                      "source": opts.source.get(bench), "limit": opts.limit, "engine": opts.engine,
                      "sampling": settings.sampling.to_dict(), "engine_options": _engine_opts(settings.options),
-                     "gpus": opts.gpus},
+                     "gpus": opts.gpus, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")},
         "verify": verify, "seconds": {"rollout": round(t1 - t0, 3), "verify": round(t2 - t1, 3)},
     }
     if opts.pass_at_k:
@@ -215,181 +192,3 @@ def _count(items) -> dict:
     for x in items:
         out[x] = out.get(x, 0) + 1
     return dict(sorted(out.items()))
-
-
-# --- the watch loop -------------------------------------------------------------------------
-
-def fixed_prefix(pattern: str) -> str:
-    """The leading path components of a glob pattern that hold no wildcard."""
-    parts = []
-    for p in pattern.split(os.sep):
-        if glob.has_magic(p):
-            break
-        parts.append(p)
-    return os.sep.join(parts)
-
-
-def checkpoint_id(ckpt: str, pattern: str) -> str:
-    rel = os.path.relpath(ckpt, fixed_prefix(pattern) or ".")
-    return rel if not rel.startswith("..") else os.path.basename(os.path.normpath(ckpt))
-
-
-def find_checkpoints(pattern: str) -> list[str]:
-    """Folders matching pattern that hold a loadable model (hidden temporary folders never match)."""
-    from rlvr.engines import checkpoint
-
-    out = []
-    for p in sorted(glob.glob(pattern)):
-        if not os.path.isdir(p):
-            continue
-        try:
-            checkpoint.resolve(p)
-        except checkpoint.CheckpointError:
-            continue
-        out.append(p)
-    return out
-
-
-def pending(pattern: str, out_root: str, benchmarks: Sequence[str], opts: EvalOptions,
-            shard: tuple[int, int] | None = None) -> list[tuple[str, list[str]]]:
-    """(checkpoint, benchmarks not yet done) for every checkpoint; shard I/N splits the
-    checkpoint list (same order on every node) so several nodes share a sweep."""
-    ckpts = find_checkpoints(pattern)
-    if shard is not None:
-        ckpts = ckpts[shard[0]::shard[1]]
-    jobs = []
-    for c in ckpts:
-        base = os.path.join(out_root, checkpoint_id(c, pattern))
-        todo = [b for b in benchmarks if not is_done(os.path.join(base, leaf(b, opts)))]
-        if todo:
-            jobs.append((c, todo))
-    return jobs
-
-
-def job_command(ckpt: str, out: str, benchmarks: Sequence[str], opts: EvalOptions, device: str | None) -> list[str]:
-    """The rlvr-eval command line that evaluates one checkpoint in a child process."""
-    cmd = [sys.executable, "-m", "rlvr.commands.eval", ckpt, out, "--engine", opts.engine, "--dtype", opts.dtype]
-    for b in benchmarks:
-        cmd += ["--benchmark", b]
-    cmd += ["--subdirs"]
-    for b, s in opts.source.items():
-        cmd += ["--source", f"{b}={s}"]
-    for flag, v in (("--max-model-len", opts.max_model_len), ("--kv-cache-gib", opts.kv_cache_gib),
-                    ("--limit", opts.limit), ("--max-tokens", opts.max_tokens), ("--pass-at-k", opts.pass_at_k),
-                    ("--verify-jobs", opts.verify_jobs)):
-        if v is not None:
-            cmd += [flag, str(v)]
-    if opts.chat:
-        cmd += ["--chat"]
-    if device is not None:
-        cmd += ["--gpu", device]
-    return cmd
-
-
-def watch(pattern: str, out_root: str, benchmarks: Sequence[str], opts: EvalOptions, *, devices: list[str | None],
-          interval: float = 60.0, once: bool = False, idle_exit: float | None = None,
-          shard: tuple[int, int] | None = None, log: Callable[[str], None] = print) -> int:
-    """Evaluate every checkpoint matching pattern once per benchmark: one child process per
-    device at a time (devices: GPU ids, or [None] for the machine as it is). The pattern is
-    scanned every `interval` s and whenever a device frees up. once: stop when nothing is
-    left; idle_exit: stop after that many seconds without new work. Returns failed jobs."""
-    failed: set[str] = set()
-    running: dict[str | None, tuple[subprocess.Popen, str]] = {}
-    jobs: list[tuple[str, list[str]]] = []
-    next_scan = 0.0
-    last_work = time.monotonic()
-    n_failed = 0
-    try:
-        while True:
-            freed = False
-            for dev, (proc, ckpt) in list(running.items()):
-                if proc.poll() is None:
-                    continue
-                del running[dev]
-                freed = True
-                if proc.returncode != 0:
-                    failed.add(ckpt)
-                    n_failed += 1
-                    log(f"{ckpt}: evaluation failed (exit {proc.returncode}); skipped until the next start")
-                write_tables(out_root)
-            now = time.monotonic()
-            if freed or now >= next_scan:
-                busy = {c for _, c in running.values()}
-                jobs = [j for j in pending(pattern, out_root, benchmarks, opts, shard)
-                        if j[0] not in failed and j[0] not in busy]
-                next_scan = now + interval
-            if jobs or running:
-                last_work = now
-            for dev in devices:
-                if dev in running or not jobs:
-                    continue
-                ckpt, todo = jobs.pop(0)
-                out = os.path.join(out_root, checkpoint_id(ckpt, pattern))
-                log(f"evaluating {ckpt} on {', '.join(todo)}" + (f" (GPU {dev})" if dev is not None else ""))
-                running[dev] = (subprocess.Popen(job_command(ckpt, out, todo, opts, dev)), ckpt)
-            if not running and not jobs:
-                if once or (idle_exit is not None and now - last_work >= idle_exit):
-                    write_tables(out_root)
-                    return n_failed
-                time.sleep(max(0.0, min(next_scan - time.monotonic(), 5.0)))
-            else:
-                time.sleep(0.5)
-    finally:
-        for proc, _ in running.values():  # interrupted: stop the children (they resume next time)
-            proc.terminate()
-            proc.wait()
-
-
-# --- results tables -------------------------------------------------------------------------
-
-def collect(out_root: str) -> list[dict]:
-    """Every summary.json below out_root."""
-    rows = []
-    for p in sorted(glob.glob(os.path.join(out_root, "**", "summary.json"), recursive=True)):
-        try:
-            rows.append(orjson.loads(open(p, "rb").read()))
-        except (OSError, orjson.JSONDecodeError):
-            continue
-    return rows
-
-
-def results_table(out_root: str, fmt: str = "markdown") -> str:
-    """One row per checkpoint, one column per benchmark metric (fractions), from the summaries.
-    A greedy accuracy column is named after the benchmark; other metrics add their name."""
-    table: dict[str, dict[str, float | None]] = {}
-    cols: list[str] = []
-    for s in collect(out_root):
-        greedy = s.get("mode") == "greedy"
-        for m, v in (s.get("metrics") or {}).items():
-            if not greedy and not m.startswith("pass@"):
-                continue
-            col = s["benchmark"] if greedy and m == "accuracy" else f"{s['benchmark']} {m}"
-            if col not in cols:
-                cols.append(col)
-            table.setdefault(s["checkpoint"], {})[col] = v
-    header = ["checkpoint"] + cols
-    body = [[ck] + [_cell(table[ck].get(c)) for c in cols] for ck in sorted(table)]
-    if fmt == "csv":
-        buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
-        w.writerow(header)
-        w.writerows(body)
-        return buf.getvalue()
-    if fmt != "markdown":
-        raise ValueError(f"unknown table format {fmt!r}")
-    from rlvr.textutil import md_cell
-
-    lines = ["| " + " | ".join(map(md_cell, header)) + " |", "|" + "|".join(["---"] + ["---:"] * len(cols)) + "|"]
-    lines += ["| " + " | ".join(map(md_cell, r)) + " |" for r in body]
-    return "\n".join(lines) + "\n"
-
-
-def _cell(v) -> str:
-    return "" if v is None else f"{v:.4f}" if isinstance(v, float) else str(v)
-
-
-def write_tables(out_root: str) -> None:
-    if not os.path.isdir(out_root):
-        return
-    atomic_write(os.path.join(out_root, "results.md"), results_table(out_root, "markdown").encode())
-    atomic_write(os.path.join(out_root, "results.csv"), results_table(out_root, "csv").encode())

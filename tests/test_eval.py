@@ -1,19 +1,16 @@
 """rlvr-eval on the tiny model with the hf engine: the composition data -> rollout -> verify
 -> summary (accuracy, IF metrics, pass@k) with the canonical settings recorded, resume and
-skip of finished work, the watch loop over checkpoints, and the results tables."""
+skip of finished work. The watch loop and --jobs are tests/test_eval_jobs.py; the results
+tables tests/test_eval_table.py."""
 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import sys
 
 import orjson
 import pytest
 
-from helpers import DATA, REPO, invoke
-from rlvr import evaluate as ev
+from helpers import DATA, invoke
 from rlvr.passk import pass_at_k
 
 GSM8K = os.path.join(DATA, "eval", "gsm8k_test.jsonl")
@@ -91,57 +88,6 @@ def test_pass_at_k_and_instruction_following_metrics(tiny_model_dir, tmp_path):
     assert m["inst_level_strict_acc"] == pytest.approx(sum(map(sum, strict)) / sum(map(len, strict)))
     assert m["prompt_level_loose_acc"] == pytest.approx(sum(all(s) for s in loose) / len(loose))
     assert m["inst_level_loose_acc"] == pytest.approx(sum(map(sum, loose)) / sum(map(len, loose)))
-
-
-def test_watch_evaluates_each_checkpoint_once_and_keeps_the_tables(tiny_model_dir, tmp_path):
-    for step in ("step_000002", "step_000004"):
-        shutil.copytree(tiny_model_dir, tmp_path / "runs" / "run_a" / "checkpoints" / step)
-    (tmp_path / "runs" / "run_a" / "checkpoints" / ".step_000006.tmp").mkdir()   # being written: never matches
-    (tmp_path / "runs" / "run_a" / "checkpoints" / "step_000008").mkdir()        # not a model folder (yet)
-    pattern = str(tmp_path / "runs" / "run_*" / "checkpoints" / "step_*")
-    out = tmp_path / "evals"
-    cmd = [sys.executable, "-m", "rlvr.commands.eval", "--watch", pattern, str(out), "-b", "toy", "--limit", "3",
-           "--once", *HF]
-    r = subprocess.run(cmd + ["--shard", "1/2"], capture_output=True, text=True, cwd=REPO, timeout=300)
-    assert r.returncode == 0, r.stderr
-    assert [orjson.loads(x)["checkpoint"].endswith("step_000004") for x in r.stdout.splitlines()] == [True]
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=300)
-    assert r.returncode == 0, r.stderr
-    assert r.stderr.count("evaluating ") == 1 and "step_000002 on toy" in r.stderr   # step 4 was done already
-    for step in ("step_000002", "step_000004"):
-        assert (out / "run_a" / "checkpoints" / step / "toy" / "summary.json").is_file()
-    md = (out / "results.md").read_text().splitlines()
-    assert md[0] == "| checkpoint | toy |" and len(md) == 4
-    assert md[2].split(" | ")[0] == f"| {tmp_path}/runs/run_a/checkpoints/step_000002"
-    assert (out / "results.csv").read_text().splitlines()[0] == "checkpoint,toy"
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=300)
-    assert r.returncode == 0 and "evaluating" not in r.stderr and r.stdout == ""
-
-
-def test_results_table_from_summaries(tmp_path):
-    def put(path, ckpt, bench, mode, metrics):
-        (tmp_path / path).mkdir(parents=True)
-        (tmp_path / path / "summary.json").write_bytes(orjson.dumps(
-            {"checkpoint": ckpt, "benchmark": bench, "mode": mode, "metrics": metrics}))
-
-    put("s2/gsm8k", "ck/step_2", "gsm8k", "greedy", {"accuracy": 0.5})
-    put("s1/gsm8k", "ck/step_1", "gsm8k", "greedy", {"accuracy": 0.25})
-    put("s1/ifeval", "ck/step_1", "ifeval", "greedy", {"prompt_level_strict_acc": 0.75, "inst_level_strict_acc": None})
-    put("s1/math500-pass@4", "ck/step_1", "math500", "pass@4", {"accuracy": 0.1, "pass@1": 0.1, "pass@4": 0.3})
-    assert ev.results_table(str(tmp_path), "csv") == (
-        "checkpoint,gsm8k,ifeval prompt_level_strict_acc,ifeval inst_level_strict_acc,math500 pass@1,math500 pass@4\n"
-        "ck/step_1,0.2500,0.7500,,0.1000,0.3000\n"
-        "ck/step_2,0.5000,,,,\n")
-    md = ev.results_table(str(tmp_path), "markdown").splitlines()
-    assert md[1] == "|---|---:|---:|---:|---:|---:|" and md[3] == "| ck/step_2 | 0.5000 |  |  |  |  |"
-    r = invoke("rlvr-eval", ["--table", str(tmp_path), "--format", "csv"])
-    assert r.code == 0 and r.stdout == ev.results_table(str(tmp_path), "csv")
-
-
-def test_checkpoint_ids_follow_the_pattern():
-    assert ev.fixed_prefix("results/run_*/checkpoints/step_*") == "results"
-    assert ev.checkpoint_id("results/run_a/checkpoints/step_000010", "results/run_*/checkpoints/step_*") == \
-        "run_a/checkpoints/step_000010"
 
 
 def test_usage_errors(tiny_model_dir, tmp_path):

@@ -181,11 +181,14 @@ def test_rigged_arithmetic_against_tolerance_check():
     """))
 
 
-def test_bool_is_not_int():
-    """True == 1 in Python; a strict comparison does not let one stand for the other."""
+def test_bool_is_not_int_under_strict_types():
+    """True == 1 in Python, and by default in rlvr as in the reference harnesses (MBPP 414's
+    reference returns 1/0); code.strict_types=true does not let one type stand for another."""
     rec = {"tests": ["assert is_even(2) == True", "assert is_even(3) == False"]}
-    check_attack(rec, "def is_even(n):\n    return 1 - n % 2\n")
-    assert code.verify(rec, "def is_even(n):\n    return n % 2 == 0\n", CFG)["status"] == "correct"
+    check_attack(rec, "def is_even(n):\n    return 1 - n % 2\n", config={"strict_types": True})
+    check_attack(rec, "def is_even(n):\n    return [True]\n", config={"strict_types": True})
+    for cfg in ({}, {"strict_types": True}):
+        assert code.verify(rec, "def is_even(n):\n    return n % 2 == 0\n", {**CFG, **cfg})["status"] == "correct"
 
 
 # --------------------------------------------------------------------------- tampering with the test code

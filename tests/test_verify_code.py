@@ -18,7 +18,7 @@ import threading
 
 import pytest
 
-from rlvr.sandbox.grading import strict_eq
+from rlvr.sandbox.grading import python_eq, strict_eq
 from rlvr.verifiers import code
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "code")
@@ -137,7 +137,12 @@ def test_unusable_tests_are_errors_not_wrong(record, needle):
 
 
 def test_config_is_validated():
-    code.check_config({"timeout": 3, "wall_timeout": 9, "memory_mb": 512, "sandbox": "process", "numeric_cross": False})
+    code.check_config({"timeout": 3, "wall_timeout": 9, "memory_mb": 512, "sandbox": "process", "strict_types": True,
+                       "numeric_cross": False})
+    with pytest.raises(ValueError, match="strict_types"):
+        code.check_config({"numeric_cross": False})   # it would be silently ignored
+    with pytest.raises(ValueError, match="strict_types must be true or false"):
+        code.check_config({"strict_types": "yes"})
     for bad in ({"timeout": 0}, {"timeout": "5"}, {"wall_timeout": -1}, {"memory_mb": 1.5}, {"sandbox": "docker"}, {"network": 1},
                 {"bogus": 1}):
         with pytest.raises(ValueError):
@@ -155,6 +160,16 @@ def test_strict_eq():
     assert not strict_eq({1, 2}, frozenset({1, 2})) and not strict_eq({1}, {True}) and strict_eq({1, 2}, {2, 1})
     assert not strict_eq({"a": 1}, {"a": True}) and not strict_eq("1", 1) and not strict_eq(b"a", "a")
     assert not strict_eq(float("nan"), float("nan"))
+
+
+def test_python_eq_on_plain_values_and_handles():
+    assert python_eq(True, 1) and python_eq(0, False) and python_eq([True], [1]) and python_eq(2, 2.0)
+    assert python_eq({1: "a"}, {True: "a"}) and python_eq({1, 2}, frozenset({1, 2}))
+    assert not python_eq((1, 2), [1, 2]) and not python_eq("1", 1) and not python_eq(float("nan"), float("nan"))
+    from rlvr.sandbox.remote import Remote
+
+    h = Remote.__new__(Remote)   # a handle equals only itself, whatever it stands for
+    assert python_eq(h, h) and not python_eq(h, 1) and not python_eq([h], [1]) and not python_eq(1, h)
 
 
 def test_values_cross_the_boundary_with_their_types():
@@ -250,7 +265,13 @@ def test_truthiness_asserts_and_numeric_cross_option():
     assert run(rec, "def is_big(n):\n    return True\n")["status"] == "wrong"
     rec = {"tests": ["assert half(4) == 2"]}
     assert run(rec, "def half(n):\n    return n / 2\n")["status"] == "correct"
-    assert run(rec, "def half(n):\n    return n / 2\n", numeric_cross=False)["status"] == "wrong"
+    assert run(rec, "def half(n):\n    return n / 2\n", strict_types=True)["status"] == "correct"
+    assert run(rec, "def half(n):\n    return n / 2\n", strict_types=True, numeric_cross=False)["status"] == "wrong"
+    rec = {"tests": ["assert is_even(2) == True", "assert is_even(3) == False", "assert pair(1) == (1, 1)"]}
+    prog = "def is_even(n):\n    return 1 - n % 2\ndef pair(n):\n    return (n, True)\n"
+    assert run(rec, prog)["status"] == "correct"          # Python's ==: True == 1, (1, True) == (1, 1)
+    v = run(rec, prog, strict_types=True)
+    assert v["status"] == "wrong" and "is_even(2) == True" in v["error"]
     rec = {"tests": ["assert 2 == half(4) == 2.0", "assert half(4) != 3"]}
     assert run(rec, "def half(n):\n    return n / 2\n")["status"] == "correct"
 
@@ -447,10 +468,12 @@ def _functions_under_test(task: dict) -> list[str]:
     return sorted(defined & called)
 
 
-def test_mbpp_414_fails_upstream_under_strict_bool():
-    """Its reference returns 1/0 where the tests expect True/False (documented upstream failure)."""
+def test_mbpp_414_passes_as_in_the_reference_harness():
+    """Its reference returns 1/0 where the tests expect True/False: correct under Python's ==
+    (as in the reference harness), wrong only under the strict_types setting."""
     task = MBPP["414"]
-    v = run(mbpp_record(task), task["code"])
+    assert run(mbpp_record(task), task["code"])["status"] == "correct"
+    v = run(mbpp_record(task), task["code"], strict_types=True)
     assert v["status"] == "wrong" and "== False" in v["error"]
     fixed = task["code"].replace("return 1", "return True").replace("return 0", "return False")
-    assert run(mbpp_record(task), fixed)["status"] == "correct"
+    assert run(mbpp_record(task), fixed, strict_types=True)["status"] == "correct"

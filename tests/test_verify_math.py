@@ -294,3 +294,83 @@ def test_empty_gold_answers_are_bad_records_and_big_integers_are_exact():
     big = 123456789012345678901234567890
     assert status(big, f"The answer is {big}") == "correct"
     assert status(big, f"The answer is {big + 1}") == "wrong"
+
+
+# ------------------------------------------------------------------------------ LaTeX environments
+
+COL = "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}"
+M22 = "\\begin{pmatrix} -1 & \\frac{1}{2} \\\\ 3 & 4 \\end{pmatrix}"
+
+
+@pytest.mark.parametrize("gold, pred", [
+    (COL, "\\begin{pmatrix}1\\\\2\\end{pmatrix}"),                       # no spaces
+    (COL, "\\begin{pmatrix}\n  1 \\\\\n  2 \\\\\n\\end{pmatrix}"),          # one row a line, trailing row break
+    (COL, "\\begin{bmatrix} 1 \\\\ 2 \\end{bmatrix}"),                   # brackets instead of parentheses
+    (COL, "\\begin{matrix} 1 \\\\ 2 \\end{matrix}"),                     # no delimiters
+    (COL, "\\left(\\begin{array}{c} 1 \\\\ 2 \\end{array}\\right)"),       # an array in \left( \right)
+    (COL, "\\begin {pmatrix} 1\\\\[2pt] 2 \\end {pmatrix}"),               # spaced markers, a row-break skip
+    (M22, "\\begin{pmatrix}-1&1/2\\\\3&4\\end{pmatrix}"),                # a fraction written otherwise
+    (M22, "\\begin{bmatrix} -1 & 0.5 \\\\ 3 & 4 \\end{bmatrix}"),
+    ("\\begin{vmatrix} 1 & 2 \\\\ 3 & 4 \\end{vmatrix}", "\\begin{vmatrix}1&2\\\\3&4\\end{vmatrix}"),
+])
+def test_environments_compare_equal_whatever_the_layout(gold, pred):
+    assert status(gold, f"So \\boxed{{{pred}}}.") == "correct", vm.equivalent(gold, pred)
+
+
+@pytest.mark.parametrize("gold, pred", [
+    (COL, "\\begin{pmatrix} 1 \\\\ 3 \\end{pmatrix}"),                   # an entry differs
+    (COL, "\\begin{pmatrix} 2 \\\\ 1 \\end{pmatrix}"),                   # entries swapped
+    (COL, "\\begin{pmatrix} 1 & 2 \\end{pmatrix}"),                      # a row, not a column
+    (COL, "\\begin{pmatrix} 1 \\\\ 2 \\\\ 0 \\end{pmatrix}"),             # one entry more
+    (M22, "\\begin{pmatrix} -1 & \\frac{1}{3} \\\\ 3 & 4 \\end{pmatrix}"),
+    ("\\begin{vmatrix} 1 & 2 \\\\ 3 & 4 \\end{vmatrix}", "\\begin{pmatrix} 1 & 2 \\\\ 3 & 4 \\end{pmatrix}"),
+])
+def test_environments_with_other_entries_are_not_equal(gold, pred):
+    assert status(gold, f"So \\boxed{{{pred}}}.") == "wrong", vm.equivalent(gold, pred)
+
+
+def test_a_row_break_is_not_a_spacing_command():
+    # "\\ " and "\\," are a row break followed by a space / comma, never "\ " or "\," spacing
+    assert vm.normalize("\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}") == "\\begin{pmatrix}1\\\\2\\end{pmatrix}"
+    assert vm.normalize("5\\ \\text{cm}") == "5" and vm.normalize("10\\,000") == "10000"
+    assert vm.normalize("\\begin{pmatrix} 1 \\\\, 2 \\end{pmatrix}") != vm.normalize(COL)
+
+
+# ------------------------------------------------------------------------------ "The answer is X."
+
+
+@pytest.mark.parametrize("text, want", [
+    ("The answer is 3.5. Next we check that x = 2.", "3.5"),                 # a decimal point ends nothing
+    ("The answer is 42. I think it is right, 43 was a typo.", "42"),
+    ("The answer is 5 apples. Also, 7 is wrong.", "5 apples"),
+    ("The answer is 1,000.50! Great job. 7", "1,000.50"),
+    ("Is it 3? The answer is 4? Maybe 5.", "4"),
+    ("The answer is approx. 3.14. Rounded.", "approx. 3.14"),                # an abbreviation's period
+    ("The answer is 4 (i.e. two pairs). So 9 is out.", "4 (i.e. two pairs)"),  # a period inside parentheses
+    ("The answer is \\text{Dr. Who}. Next 5", "\\text{Dr. Who}"),             # a period inside braces
+    ("The answer is $x = 2.5$. Check: 2.5 + 1 = 3.5.", "x = 2.5"),
+    ("The answer is $3.5$ and more. 9", "3.5"),                             # the leading $...$ span
+    ("The answer is 3.\\! 5. Then 8", "3.\\! 5"),
+    ("The answer is \\begin{pmatrix} 1. \\\\ 2 \\end{pmatrix}. So 7.", "\\begin{pmatrix} 1. \\\\ 2 \\end{pmatrix}"),
+    ("The answer is\n\\begin{pmatrix}\n1 \\\\\n2\n\\end{pmatrix}.\nDone: 7", "\\begin{pmatrix}\n1 \\\\\n2\n\\end{pmatrix}"),
+    ("The answer is 12\nand then 13.", "12"),                               # the line ends it too
+    ("The answer is 17", "17"),
+    ("the answer is: 8. The End.", "8"),
+    ("The answer is no. Because 5 is odd.", "no"),                         # a word that ends answers
+    ("The answer is 5 sec. Then 6 sec.", "5 sec"),
+    ("The answer is $18. So we had $5 left.", "$18"),                       # currency, not math
+    ("The answer is $18.50. Next", "$18.50"),
+    ("The answer is 7 $\\left. \\frac{dy}{dx} \\right|_{x=1}$. Next 8", "7 $\\left. \\frac{dy}{dx} \\right|_{x=1}$"),
+    ("The answer is 3 \\left. x \\right|. Then 4", "3 \\left. x \\right|"),
+    ("The answer is $$\n\\frac{1}{2}.\n$$ Then 4.", "\\frac{1}{2}."),       # display math across lines
+])
+def test_the_answer_is_extracts_up_to_the_end_of_that_sentence(text, want):
+    assert vm.extract_answer(text) == (want, "answer_is")
+
+
+def test_the_answer_is_sentence_grades_the_answer_only():
+    assert status("3.5", "The answer is 3.5. Next we verify 2 + 2 = 4.") == "correct"
+    assert status("42", "The answer is 42. But 41 would have been wrong.") == "correct"
+    assert status(COL, "The answer is $\\begin{pmatrix}1\\\\2\\end{pmatrix}$. Done, 3.") == "correct"
+    assert status("7", "The answer is 6. Not 7.") == "wrong"
+    assert status("18", "The answer is $18. So we had $5 left.") == "correct"

@@ -29,11 +29,28 @@ HELP = with_examples(
     interrupted one continues from its completions.jsonl. CKPT may be an s3:// folder (fetched
     once into a local cache) or a hub name (looked for under $RLVR_S3_MODELS first).
 
-    --watch GLOB OUT_DIR polls for checkpoints (e.g. results/run_*/checkpoints/step_*),
-    evaluates each once per benchmark in OUT_DIR/<checkpoint>/<benchmark>/, one child
-    process per GPU, and keeps OUT_DIR/results.md and results.csv current. --once stops
-    when nothing is left; --shard I/N takes every N-th checkpoint, to share a sweep
-    between nodes. --table OUT_DIR prints the results table of the summaries below it.
+    --jobs JOBS.json OUT_DIR evaluates a list of checkpoints
+    ([{"checkpoint_path": ..., "output_name": ...}, ...], or one object a line) on the
+    standard task set (gsm8k:8, gsm8k:4, math_qwen:4, ifeval:0, mbpp:3; -b NAME[:SHOTS]
+    to choose) in OUT_DIR/<output_name>/<task>_<N>shot/: one task of one checkpoint per
+    child process, one child per free GPU (--gpus: which), never tensor parallelism.
+    Finished tasks are skipped, interrupted ones resume. --range A:B (0-based, B excluded)
+    and --shard I/N (every N-th job from I) split a sweep between nodes that share a
+    filesystem.
+
+    --watch GLOB OUT_DIR polls for checkpoints (e.g. results/run_*/checkpoints/step_*) and
+    evaluates each once per task in OUT_DIR/<checkpoint>/<task>/, the tasks of one
+    checkpoint spread over the free GPUs too; --once stops when nothing is left; --shard
+    I/N takes every N-th checkpoint. Both keep OUT_DIR/results.md and results.csv current.
+
+    GPU ids (--gpu, --gpus) are physical (nvidia-smi's numbering) with --gpu-mode absolute,
+    or positions in CUDA_VISIBLE_DEVICES with --gpu-mode visible; --gpus auto picks the
+    free GPUs of this node (rlvr-gpu-free).
+
+    --table DIR prints one table of every rlvr summary.json and lm-eval results file
+    (results_<date>.json) below DIR (a row per checkpoint, a column per task and metric); --baseline FILE (a YAML of
+    reference scores, e.g. configs/baselines/qwen3-1.7B-base.yaml) adds a baseline row
+    and each checkpoint's difference to it.
 
     Rows come from --source BENCH=PATH (a local file or folder), $RLVR_DATA_DIR/<dataset>/,
     or the Hugging Face hub (see rlvr-data).
@@ -44,7 +61,11 @@ rlvr-eval CKPT evals/ckpt -b gsm8k -b math500 -b ifeval --source gsm8k=data/gsm8
 rlvr-eval CKPT evals/passk -b math500 --pass-at-k 64 --gpus auto
 rlvr-eval --watch 'results/run_*/checkpoints/step_*' evals -b gsm8k -b ifeval --gpus auto
 rlvr-eval --watch 'results/*/checkpoints/step_*' evals -b gsm8k --once --shard 1/2   # node 2 of 2
+rlvr-eval --jobs jobs.json evals                       # the standard tasks, every free GPU
+rlvr-eval --jobs jobs.json evals -b gsm8k:8 -b ifeval:0 --shard 0/2   # node 1 of 2
+CUDA_VISIBLE_DEVICES=4,5,6,7 rlvr-eval --jobs jobs.json evals --gpus 0,1 --gpu-mode visible   # GPUs 4, 5
 rlvr-eval --table evals --format csv > results.csv
+rlvr-eval --table evals --baseline configs/baselines/qwen3-1.7B-base.yaml
 rlvr-eval ./tiny evals/tiny -b toy --engine hf --dtype float32 --limit 16   # CPU smoke test
 """,
 )
@@ -64,17 +85,21 @@ def _sources(values: tuple[str, ...], benchmarks: list[str]) -> dict[str, str]:
 
 @click.command(help=HELP)
 @click.argument("paths", nargs=-1, metavar="[CKPT] OUT_DIR")
-@click.option("-b", "--benchmark", "benchmarks", multiple=True, metavar="NAME", help="gsm8k, math, math500, mbpp, humaneval, ifeval, ifbench or toy (repeatable).")
+@click.option("-b", "--benchmark", "benchmarks", multiple=True, metavar="NAME[:SHOTS]", help="gsm8k, math, math500, mbpp, humaneval, ifeval, ifbench or toy (repeatable); with --jobs and --watch a task NAME:SHOTS (default: the standard task set).")
 @click.option("--gpu", metavar="N", help="Run on this GPU (sets CUDA_VISIBLE_DEVICES).")
-@click.option("--gpus", metavar="0,1,...|auto", help="One engine per GPU (auto: the free ones); with --watch, one job per GPU.")
+@click.option("--gpus", metavar="0,1,...|auto", help="One engine per GPU (auto: the free ones); with --jobs and --watch, one task per GPU at a time (default: auto).")
+@click.option("--gpu-mode", type=click.Choice(["absolute", "visible"]), default="absolute", show_default=True, help="GPU ids are physical, or positions in CUDA_VISIBLE_DEVICES.")
+@click.option("--jobs", "jobs_file", metavar="JOBS.json", help="Evaluate the checkpoints of this list ({checkpoint_path, output_name} objects) into OUT_DIR.")
+@click.option("--range", "span", metavar="A:B", help="--jobs: only jobs A to B-1 of the list (0-based; a node's part of a sweep).")
 @click.option("--pass-at-k", type=click.IntRange(min=1), metavar="N", help="N samples per prompt at temperature 1.0, and pass@k.")
 @click.option("--watch", "pattern", metavar="GLOB", help="Evaluate every checkpoint matching GLOB (quote it), as they appear.")
 @click.option("--interval", type=click.FloatRange(min=0), default=60.0, show_default=True, help="--watch: seconds between scans.")
 @click.option("--once", is_flag=True, help="--watch: stop when every checkpoint found is done.")
 @click.option("--idle-exit", type=click.FloatRange(min=0), metavar="SECONDS", help="--watch: stop after this long without new work.")
-@click.option("--shard", metavar="I/N", help="--watch: take every N-th checkpoint from I (one shard per node).")
-@click.option("--table", is_flag=True, help="Print the results table of the summaries below OUT_DIR.")
+@click.option("--shard", metavar="I/N", help="--jobs, --watch: take every N-th job or checkpoint from I (one shard per node).")
+@click.option("--table", is_flag=True, help="Print the results table of the rlvr and lm-eval results below OUT_DIR.")
 @click.option("--format", "fmt", type=click.Choice(["markdown", "csv"]), default="markdown", show_default=True, help="--table format.")
+@click.option("--baseline", metavar="FILE", help="--table: a YAML of reference scores; adds a baseline row and differences to it.")
 @click.option("--engine", type=click.Choice(["vllm", "hf"]), default="vllm", show_default=True, help="Generation engine.")
 @click.option("--dtype", type=click.Choice(["bfloat16", "float16", "float32", "auto"]), default="bfloat16", show_default=True, help="Canonical: bfloat16.")
 @click.option("--max-model-len", type=click.IntRange(min=1), help="Context length (default: the model's).")
@@ -86,45 +111,67 @@ def _sources(values: tuple[str, ...], benchmarks: list[str]) -> dict[str, str]:
 @click.option("--verify-jobs", type=click.IntRange(min=1), help="Verifier worker processes (default: the cores).")
 @click.option("--subdirs", is_flag=True, help="Write OUT_DIR/<benchmark>/ even for one benchmark.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar on stderr (default: on a terminal).")
-def cmd(paths, benchmarks, gpu, gpus, pass_at_k, pattern, interval, once, idle_exit, shard, table, fmt, engine, dtype,
-        max_model_len, kv_cache_gib, sources, limit, max_tokens, chat, verify_jobs, subdirs, progress):
+def cmd(paths, benchmarks, gpu, gpus, gpu_mode, jobs_file, span, pass_at_k, pattern, interval, once, idle_exit, shard,
+        table, fmt, baseline, engine, dtype, max_model_len, kv_cache_gib, sources, limit, max_tokens, chat, verify_jobs,
+        subdirs, progress):
     from rlvr import evaluate as ev
+    from rlvr.eval import jobs as sweep
 
     if table:
-        if len(paths) != 1:
-            raise click.UsageError("--table takes one OUT_DIR")
-        if not os.path.isdir(paths[0]):
-            raise ConfigError(f"--table: {paths[0]} is not a folder")
-        if not ev.collect(paths[0]):
-            warn(f"no evaluation summaries under {paths[0]}", "rlvr-eval")
-        sys.stdout.write(ev.results_table(paths[0], fmt))
+        _table(paths, fmt, baseline)
         return
-    want = 1 if pattern else 2
+    if baseline is not None:
+        raise click.UsageError("--baseline goes with --table")
+    if jobs_file and pattern:
+        raise click.UsageError("--jobs and --watch do not go together")
+    if (span is not None and not jobs_file) or (shard is not None and not (jobs_file or pattern)):
+        raise click.UsageError("--range goes with --jobs" if span is not None else "--shard goes with --jobs or --watch")
+    want = 1 if (pattern or jobs_file) else 2
     if len(paths) != want:
-        raise click.UsageError("expected --watch GLOB OUT_DIR" if pattern else "expected CKPT OUT_DIR")
+        raise click.UsageError("expected --watch GLOB OUT_DIR" if pattern else "expected --jobs JOBS.json OUT_DIR"
+                               if jobs_file else "expected CKPT OUT_DIR")
     check_output_dir(paths[-1], "OUT_DIR")
+    say = functools.partial(warn, prog="rlvr-eval")
+    log = lambda m: click.echo(f"rlvr-eval: {m}", err=True)  # noqa: E731
+    if pattern or jobs_file:
+        tasks = [sweep.parse_task(b) for b in dict.fromkeys(benchmarks)] or list(sweep.DEFAULT_TASKS)
+        try:
+            sweep.check_tasks(tasks, ev.BENCHMARKS, shots_supported=any("--shots" in p.opts for p in cmd.params))
+        except ConfigError as e:
+            if benchmarks:
+                raise
+            raise ConfigError(f"the standard task set ({' '.join(map(str, tasks))}) cannot run here: {e}; "
+                              "name the tasks with -b") from None
+        names = list(dict.fromkeys(t.name for t in tasks))
+        opts = _options(ev, names, sources, engine=engine, dtype=dtype, max_model_len=max_model_len,
+                        kv_cache_gib=kv_cache_gib, limit=limit, max_tokens=max_tokens, chat=chat, pass_at_k=pass_at_k,
+                        verify_jobs=verify_jobs, progress=progress)
+        work = sweep.read_jobs(jobs_file) if jobs_file else None   # bad input fails before any GPU is asked
+        if work is not None:
+            work = sweep.select_jobs(work, sweep.parse_range(span), parse_shard(shard))
+        devices = sweep.pick_gpus(gpu, gpus, gpu_mode, say, default="auto") or [None]
+        if work is not None:
+            failed = sweep.run_jobs(work, paths[0], tasks, opts, devices=devices, log=log)
+        else:
+            failed = sweep.watch(pattern, paths[0], tasks, opts, devices=devices, interval=interval, once=once,
+                                 idle_exit=idle_exit, shard=parse_shard(shard), log=log)
+        if failed:
+            raise Failure(f"{failed} evaluation(s) failed (see above)")
+        return
     benchmarks = list(dict.fromkeys(benchmarks))
     if not benchmarks:
         raise click.UsageError("give at least one --benchmark")
     unknown = [b for b in benchmarks if b not in ev.BENCHMARKS]
     if unknown:
         raise ConfigError(f"unknown benchmark {unknown[0]!r} (known: {', '.join(ev.BENCHMARKS)})")
-    opts = ev.EvalOptions(engine=engine, dtype=dtype, max_model_len=max_model_len, kv_cache_gib=kv_cache_gib,
-                          source=_sources(sources, benchmarks), limit=limit, max_tokens=max_tokens, chat=chat,
-                          pass_at_k=pass_at_k, verify_jobs=verify_jobs, progress=progress)
-    say = functools.partial(warn, prog="rlvr-eval")
-    if pattern:
-        devices = ev.pick_devices(gpu, gpus, say) or [None]
-        failed = ev.watch(pattern, paths[0], benchmarks, opts, devices=devices, interval=interval, once=once,
-                          idle_exit=idle_exit, shard=parse_shard(shard), log=lambda m: click.echo(f"rlvr-eval: {m}", err=True))
-        if failed:
-            raise Failure(f"{failed} checkpoint evaluation(s) failed (see above)")
-        return
+    opts = _options(ev, benchmarks, sources, engine=engine, dtype=dtype, max_model_len=max_model_len,
+                    kv_cache_gib=kv_cache_gib, limit=limit, max_tokens=max_tokens, chat=chat, pass_at_k=pass_at_k,
+                    verify_jobs=verify_jobs, progress=progress)
     if gpu is not None:
         os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # nvidia-smi's numbering
-        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+        os.environ["CUDA_VISIBLE_DEVICES"] = sweep.pick_gpus(gpu, None, gpu_mode, say)[0]
     elif gpus is not None:
-        opts.gpus = ev.pick_devices(None, gpus, say)
+        opts.gpus = sweep.pick_gpus(None, gpus, gpu_mode, say)
     from rlvr.engines import CheckpointError, EngineError
     from rlvr.engines.rollout import PromptError, record_stdout
 
@@ -146,6 +193,24 @@ def cmd(paths, benchmarks, gpu, gpus, pass_at_k, pattern, interval, once, idle_e
                 out.flush()
         except BrokenPipeError:  # `| head`: end quietly (click would turn EPIPE into exit 1)
             raise click.exceptions.Exit(0) from None
+
+
+def _options(ev, benchmarks: list[str], sources: tuple[str, ...], **kw):
+    return ev.EvalOptions(source=_sources(sources, benchmarks), **kw)
+
+
+def _table(paths: tuple[str, ...], fmt: str, baseline: str | None) -> None:
+    from rlvr.eval import table as tables
+
+    if len(paths) != 1:
+        raise click.UsageError("--table takes one OUT_DIR")
+    if not os.path.isdir(paths[0]):
+        raise ConfigError(f"--table: {paths[0]} is not a folder")
+    base = tables.load_baseline(baseline) if baseline is not None else None
+    scores = tables.collect(paths[0])
+    if not scores:
+        warn(f"no rlvr summaries or lm-eval results under {paths[0]}", "rlvr-eval")
+    sys.stdout.write(tables.render(scores, fmt, base))
 
 
 main = run(cmd, "rlvr-eval")

@@ -13,11 +13,13 @@ Hardening on top of the test code's own semantics:
 
 - ``assert`` statements are rewritten into explicit checks (so ``python -O`` cannot drop
   them) that count passes and stop at the first failure.
-- Inside an ``assert``, ``==`` and ``!=`` compare strictly: the types must match exactly
-  at every level (``True`` is not ``1``, ``(1, 2)`` is not ``[1, 2]``, dict keys and set
-  members must match in type too); an int and a float compare by value only when
-  ``numeric_cross`` is on (the default, as Python does; see docs/verify.md for why).
-  Comparisons written elsewhere keep Python's meaning.
+- Inside an ``assert``, ``==`` and ``!=`` keep Python's meaning on the plain values that
+  come back from the sandbox (``True == 1``, as in the reference harnesses); a handle to an
+  object left in the sandbox equals only itself, so no ``__eq__`` of the candidate ever
+  runs. With ``strict_types`` (off by default) they compare strictly instead: the types
+  must match exactly at every level (``True`` is not ``1``, ``(1, 2)`` is not ``[1, 2]``,
+  dict keys and set members must match in type too; an int and a float compare by value
+  only when ``numeric_cross`` is on). See docs/verify.md for what that covers.
 - Built-in names (``abs``, ``len``, ``sorted``, ``set``, ...) used by the test code are
   always the real built-ins, even when the candidate defines a function of that name;
   the one exception is the function under test itself (the record's ``entry_point``, or,
@@ -74,6 +76,13 @@ def _tkey(x):
     if t is Remote:
         return (t, id(x))
     return (t, x)
+
+
+def python_eq(a, b) -> bool:
+    """Python's ``==`` on plain values; a handle (an object left in the sandbox) equals only itself."""
+    if type(a) is Remote or type(b) is Remote:
+        return a is b
+    return bool(a == b)
 
 
 def strict_eq(a, b, numeric_cross: bool = True) -> bool:
@@ -440,9 +449,10 @@ class Outcome:
 
 
 def run_plan(plan: Plan, link: Link, defined: list[str], known: dict | None = None,
-             numeric_cross: bool = True) -> Outcome:
+             numeric_cross: bool = True, strict_types: bool = False) -> Outcome:
     """Run the plan's test code against the loaded candidate (``defined``: its global names;
-    ``known``: names already resolved at load); stop early on a SandboxStop."""
+    ``known``: names already resolved at load); stop early on a SandboxStop. ``==`` inside
+    asserts is Python's, or strict_eq with strict_types."""
     out = Outcome(total=len(plan.units) if plan.kind == "asserts" else 1)
     defined_set = set(defined)
 
@@ -458,7 +468,7 @@ def run_plan(plan: Plan, link: Link, defined: list[str], known: dict | None = No
         raise TestFailure(line, src, msg)
 
     def eq(a, b):
-        return strict_eq(a, b, numeric_cross)
+        return strict_eq(a, b, numeric_cross) if strict_types else python_eq(a, b)
 
     def chain(left, ops, lazies):
         for op, lazy in zip(ops, lazies):

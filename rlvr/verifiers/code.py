@@ -29,8 +29,10 @@ Config keys: timeout (CPU seconds per process of the program, 5), wall_timeout (
 seconds for the whole check, default 2 x timeout), memory_mb (1024), nproc (64), fsize_mb (16),
 nofile (64), max_output_bytes (1 MiB), tmpfs_mb (64), sandbox (auto | bwrap | process),
 network (false), site_packages (false: the sandbox sees the standard library only),
-user ("rlvr-sandbox"), numeric_cross (true: 1 == 1.0 inside asserts; false: types must
-match exactly there too).
+user ("rlvr-sandbox"), strict_types (false: ``==`` inside asserts is Python's, ``True == 1``
+as in the reference harnesses; true: the types must match at every level, see
+docs/verify.md), numeric_cross (with strict_types: true lets 1 == 1.0, false keeps int and
+float apart too).
 """
 
 from __future__ import annotations
@@ -52,10 +54,10 @@ TIMEOUT_S = 15.0
 
 _DEFAULTS = {"timeout": 5.0, "wall_timeout": None, "memory_mb": 1024, "nproc": 64, "fsize_mb": 16, "nofile": 64,
              "max_output_bytes": 1 << 20, "tmpfs_mb": 64, "sandbox": "auto", "network": False,
-             "site_packages": False, "user": "rlvr-sandbox", "numeric_cross": True}
+             "site_packages": False, "user": "rlvr-sandbox", "strict_types": False, "numeric_cross": True}
 _CONFIG_KEYS = set(_DEFAULTS)
 _INTS = {"memory_mb": 16, "nproc": 1, "fsize_mb": 0, "nofile": 8, "max_output_bytes": 0, "tmpfs_mb": 1}
-_BOOLS = {"network", "site_packages", "numeric_cross"}
+_BOOLS = {"network", "site_packages", "strict_types", "numeric_cross"}
 MAX_CODE_CHARS = 200_000
 
 
@@ -80,13 +82,15 @@ def check_config(config: dict) -> None:
     for k in _BOOLS:
         if not isinstance(config.get(k, _DEFAULTS[k]), bool):
             raise ValueError(f"code.{k} must be true or false")
+    if config.get("numeric_cross") is False and not config.get("strict_types", False):
+        raise ValueError("code.numeric_cross applies to strict comparison only: set code.strict_types=true too")
     if config.get("sandbox", "auto") not in ("auto", "bwrap", "process"):
         raise ValueError(f"code.sandbox must be auto, bwrap or process, got {config.get('sandbox')!r}")
     if not isinstance(config.get("user", "rlvr-sandbox"), str):
         raise ValueError("code.user must be a user name")
 
 
-def _settings(config: dict) -> tuple[Limits, SandboxConfig, bool]:
+def _settings(config: dict) -> tuple[Limits, SandboxConfig, dict]:
     c = {**_DEFAULTS, **(config or {})}
     wall = c["wall_timeout"]
     limits = Limits(timeout_s=float(c["timeout"]), wall_s=float(wall) if wall is not None else None,
@@ -94,7 +98,7 @@ def _settings(config: dict) -> tuple[Limits, SandboxConfig, bool]:
                     fsize_mb=c["fsize_mb"], nofile=c["nofile"], max_output_bytes=c["max_output_bytes"])
     sbc = SandboxConfig(mode=c["sandbox"], user=c["user"], network=c["network"], tmpfs_mb=c["tmpfs_mb"],
                         site_packages=c["site_packages"])
-    return limits, sbc, c["numeric_cross"]
+    return limits, sbc, {"strict_types": c["strict_types"], "numeric_cross": c["numeric_cross"]}
 
 
 def warmup() -> None:
@@ -210,7 +214,7 @@ def check_record(record: dict) -> tuple[str, str] | None:
 def verify(record: dict, completion: str, config: dict) -> dict:
     """Run the completion's code against the record's tests in the sandbox; return a verdict."""
     config = config or {}
-    limits, sbc, numeric_cross = _settings(config)
+    limits, sbc, compare = _settings(config)
     program, code, how = build_program(record, completion or "")
     verdict: dict = {"status": "error", "extracted": code if code.strip() else None}
     if not code.strip():
@@ -237,7 +241,7 @@ def verify(record: dict, completion: str, config: dict) -> dict:
             except Exception as e:  # noqa: BLE001 - the candidate program raised while loading
                 load_error = f"{type(e).__name__}: {e}"
             else:
-                outcome = grading.run_plan(plan, link, names, known, numeric_cross)
+                outcome = grading.run_plan(plan, link, names, known, **compare)
             # Exit status and the last output matter only when the program stopped answering.
             fin = session.finish(wait=outcome.stop is not None)
             calls, batched = link.calls, link.batched

@@ -4,14 +4,16 @@
     -> {"status": "correct", "extracted": "18", "method": "string"}
 
 Extraction (mode ``default``): the last ``\\boxed{...}`` / ``\\fbox{...}`` (nested braces),
-else the later of "The (final) answer is X" / "Answer: X" (Minerva's "Final Answer: The
-final answer is X. I hope it is correct." included) and GSM8K's ``#### X``, else the last
+else the later of "The (final) answer is X" / "Answer: X", X up to the end of that sentence
+(``first_sentence``; Minerva's "Final Answer: The final answer is X. I hope it is
+correct." included) and GSM8K's ``#### X``, else the last
 number in the text (config ``last_number``, on by default). Modes ``strict-match`` and
 ``flexible-extract`` reproduce lm-evaluation-harness's two GSM8K filters and its
 exact_match scoring exactly, for numbers comparable with published lm_eval results.
 
 Comparison, cheapest first: the normalised strings (thousands separators, ``$``, units
-and ``\\text{}``, ``\\dfrac``/``\\tfrac``, degrees, percent, trailing ``.0``, ``x =``), then
+and ``\\text{}``, ``\\dfrac``/``\\tfrac``, degrees, percent, trailing ``.0``, ``x =``, one
+layout for LaTeX environments such as ``\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}``), then
 exact rational arithmetic on numeric answers (``2+3``, ``\\frac{14}{3}``, ``1.5``, powers
 with a size guard), and only then math-verify's symbolic comparison (sympy). The common
 cases never import sympy's machinery. Two known math-verify false positives are avoided:
@@ -75,18 +77,92 @@ _NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|-?\.\d+")
 
 
 def _delimited(s: str) -> str:
-    """The leading math span of s ($...$, \\(...\\), \\[...\\]) or its first line."""
+    """The leading math span of s ($...$, \\(...\\), \\[...\\]) or its first sentence."""
     s = s.lstrip()
     for open_, close in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
         if s.startswith(open_):
-            end = s.find(close, len(open_))
+            end = _inline_math_end(s, 0) - 1 if open_ == "$" else s.find(close, len(open_))
             if end > 0:
                 return s[len(open_):end]
-    line = s.split("\n", 1)[0]
+            break
+    line = first_sentence(s)
     m = _HOPE.search(line)
     if m:
         line = line[: m.start()]
     return line.strip().rstrip(".").strip()
+
+
+# Words whose period does not end a sentence ("approx. 3.5", "e.g. 4").
+# Only words that never end an answer: "no", "sec" or "etc." may, so they end the sentence.
+_ABBREVIATIONS = frozenset({"approx", "ca", "cf", "e.g", "i.e", "vs", "resp", "dr", "mr", "mrs", "ms", "fig", "eq",
+                            "eqn"})
+_ENV = re.compile(r"\\(begin|end)\s*\{")
+
+
+def first_sentence(s: str) -> str:
+    """s up to the end of its first sentence: a period, "!" or "?" followed by a space or the
+    end of the text, outside math ($...$, \\(...\\), \\[...\\], a LaTeX environment), braces,
+    brackets and parentheses, and not after an abbreviation; or up to the end of the line,
+    whichever comes first (a line break inside $$...$$ or an environment does not end it).
+    A decimal point (3.5) is followed by a digit, so it never ends a sentence; a $ that
+    opens no math span on its line is a currency sign."""
+    depth = env = 0
+    i, n = 0, len(s)
+    while i < n:
+        c = s[i]
+        if c == "\\":
+            m = _ENV.match(s, i)
+            if m:
+                env += 1 if m.group(1) == "begin" else -1 if env else 0
+                i = m.end() - 1        # the "{" opens a group, counted below
+                continue
+            m = _COMMAND.match(s, i)
+            if m:                      # a command; \left. and \right. carry their "." along
+                i = m.end() + (m.group(1) in _SIZED and s.startswith(".", m.end()))
+                continue
+            nxt = s[i + 1:i + 2]
+            if nxt in ("(", "["):
+                depth += 1
+            elif nxt in (")", "]"):
+                depth = max(0, depth - 1)
+            i += 2                     # \\, \{, \$, \. ...
+            continue
+        if c == "$":
+            end = _inline_math_end(s, i)
+            if end > i:                # $...$ / $$...$$ is skipped whole; a lone $ is currency
+                i = end
+                continue
+        if c in "{([":
+            depth += 1
+        elif c in "})]":
+            depth = max(0, depth - 1)
+        elif c == "\n" and not env:
+            return s[:i].strip()
+        elif c in ".!?" and not (env or depth) and (i + 1 == n or s[i + 1].isspace()):
+            word = re.search(r"[A-Za-z.]*$", s[:i]).group(0).strip(".").lower()
+            if c != "." or word not in _ABBREVIATIONS:
+                return s[:i].strip()
+        i += 1
+    return s.strip()
+
+
+_COMMAND = re.compile(r"\\([A-Za-z]+)")
+_SIZED = frozenset({"left", "right", "bigl", "bigr", "Bigl", "Bigr", "biggl", "biggr", "big", "Big", "bigg", "Bigg"})
+_SENTENCE_END = re.compile(r"[.!?]\s")
+
+
+def _inline_math_end(s: str, i: int) -> int:
+    """For s[i] == "$": the index after the math span it opens, or i when it opens none.
+    $$...$$ may span lines; $...$ must close on the same line with no sentence end inside
+    ("$18. So we had $5." is currency, not math)."""
+    if s.startswith("$$", i):
+        j = s.find("$$", i + 2)
+        return j + 2 if j > i + 2 else i
+    j = s.find("$", i + 1)
+    inner = s[i + 1:j] if j > i + 1 else ""
+    if not inner or "\n" in inner or _SENTENCE_END.search(inner):
+        return i
+    return j + 1
 
 
 _MD_WRAP = ("**", "__", "*", "_", "`")
@@ -228,6 +304,27 @@ _FRAC_FIX = [
 _TRAIL_ZEROS = re.compile(r"^(-?\d+)\.(\d*[1-9])?0+$")
 
 
+# A spacing command (\\! \\  \\; \\: \\,), matched after any "\\\\" so that a row break followed
+# by a space or a comma is never read as one.
+_SPACING = re.compile(r"\\\\|\\([! ;:,])")
+_SPACE_CMDS = {"!": "", " ": " ", ";": " ", ":": " "}
+_MATRIX_ENVS = re.compile(r"\\(begin|end)\{(?:pmatrix|bmatrix|matrix)\}")
+
+
+def _environments(s: str) -> str:
+    """One spelling of LaTeX environments (matrices, vectors, arrays): no spaces around
+    cell and row separators or inside the \\begin/\\end markers, no row break before
+    \\end, no skip after a row break (\\\\[2pt]), and \\begin{bmatrix} / \\begin{matrix}
+    written \\begin{pmatrix} (math-verify reads all three as the same matrix; vmatrix, a
+    determinant, is left as it is). Whether entries are equal is math-verify's to say."""
+    s = re.sub(r"\\(begin|end)\s*\{\s*([a-zA-Z*]+)\s*\}", r"\\\1{\2}", s)
+    s = re.sub(r"\\\\\[\s*-?[\d.]+\s*[a-z]{2}\s*\]", r"\\\\", s)       # \\[2pt]: a row break with a skip
+    s = re.sub(r"\s*(&|\\\\|\\hline)\s*", r"\1", s)
+    s = re.sub(r"(\\begin\{[a-zA-Z*]+\}(?:\{[^{}]*\})?)\s*", r"\1", s)
+    s = re.sub(r"(?:\\\\|\\hline|\s)*(\\end\{)", r"\1", s)
+    return _MATRIX_ENVS.sub(r"\\\1{pmatrix}", s)
+
+
 def _strip_delims(s: str) -> str:
     s = s.strip()
     changed = True
@@ -259,8 +356,11 @@ def normalize(s: str) -> str:
     """A canonical spelling of an answer (spaces kept where LaTeX needs them)."""
     s = _strip_delims(s.replace("\n", " "))
     s = _WRAPPERS.sub("", s)
-    s = s.replace("\\!", "").replace("\\ ", " ").replace("\\;", " ").replace("\\:", " ")
-    s = re.sub(r"(\d)\s*\\,\s*(\d{3})(?!\d)", r"\1\2", s).replace("\\,", " ")
+    s = _SPACING.sub(lambda m: _SPACE_CMDS.get(m.group(1), m.group(0)), s)   # \\ and \, stay for now
+    s = re.sub(r"(\d)\s*(?<!\\)\\,\s*(\d{3})(?!\d)", r"\1\2", s)      # 1\,000 -> 1000
+    s = _SPACING.sub(lambda m: " " if m.group(1) == "," else m.group(0), s)
+    if "\\begin" in s:
+        s = _environments(s)
     s = s.replace("{,}", "").replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
     s = _DEGREES.sub("", s)
     s = s.replace("\\%", "").replace("%", "").replace("\\$", "").replace("$", "")

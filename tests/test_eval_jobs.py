@@ -1,0 +1,315 @@
+"""rlvr-eval --jobs and --watch: tasks as (benchmark, shots), jobs files, node shares, GPU
+ids in both modes, and the scheduler that runs one task of one checkpoint per GPU.
+
+GPUs are faked: tests/fakes/pynvml.py answers for the driver (rlvr.gpu finds the free ones),
+and the evaluations that run on them are CPU processes of the hf engine on the tiny model
+(a child's GPU is only its CUDA_VISIBLE_DEVICES, which its summary.json records)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import orjson
+import pytest
+
+from helpers import REPO, invoke
+from rlvr import evaluate as ev
+from rlvr.errors import BadInput, UsageError
+from rlvr.eval import jobs as sweep
+
+HF = ["--engine", "hf", "--dtype", "float32", "--verify-jobs", "1"]
+FAKES = os.path.join(REPO, "tests", "fakes")
+
+
+def summary(path) -> dict:
+    return orjson.loads(open(os.path.join(path, "summary.json"), "rb").read())
+
+
+# --------------------------------------------------------------------------- tasks and jobs files
+
+
+def test_tasks_are_a_benchmark_and_a_shot_count():
+    assert sweep.parse_task("gsm8k:8") == sweep.Task("gsm8k", 8) == sweep.parse_task("gsm8k_8shot")
+    assert sweep.parse_task("ifeval") == sweep.Task("ifeval") and sweep.Task("ifeval").folder == "ifeval"
+    assert sweep.Task("mbpp", 3).folder == "mbpp_3shot" and str(sweep.Task("mbpp", 3)) == "mbpp:3"
+    assert [t.folder for t in sweep.DEFAULT_TASKS] == ["gsm8k_8shot", "gsm8k_4shot", "math_qwen_4shot",
+                                                       "ifeval_0shot", "mbpp_3shot"]
+    for bad in ("gsm8k:x", "gsm8k:", "a b", ""):
+        with pytest.raises(UsageError):
+            sweep.parse_task(bad)
+    sweep.check_tasks([sweep.Task("toy"), sweep.Task("gsm8k", 8)], ev.BENCHMARKS, shots_supported=True)
+    with pytest.raises(UsageError, match="unknown benchmark 'gsm9k'"):
+        sweep.check_tasks([sweep.Task("gsm9k")], ev.BENCHMARKS, shots_supported=True)
+    with pytest.raises(UsageError, match="no --shots"):
+        sweep.check_tasks([sweep.Task("gsm8k", 8)], ev.BENCHMARKS, shots_supported=False)
+    with pytest.raises(UsageError, match="given twice"):
+        sweep.check_tasks([sweep.Task("toy"), sweep.Task("toy")], ev.BENCHMARKS, shots_supported=False)
+
+
+def test_jobs_files_list_or_lines_and_bad_input_names_the_line_and_field(tmp_path):
+    p = tmp_path / "jobs.json"
+    p.write_text('[\n  {"checkpoint_path": "/c/a", "output_name": "a"},\n  {"checkpoint_path": "/c/b",\n'
+                 '   "output_name": "runs/b/"}\n]\n')
+    assert sweep.read_jobs(str(p)) == [sweep.Job("/c/a", "a"), sweep.Job("/c/b", "runs/b")]
+    p.write_text('{"checkpoint_path": "/c/a", "output_name": "a"}\n\n{"checkpoint_path": "/c/b", "output_name": "b"}\n')
+    assert [j.name for j in sweep.read_jobs(str(p))] == ["a", "b"]
+    for text, where in [
+        ('[{"checkpoint_path": "/c/a", "output_name": "a"},\n {"output_name": "b"}]', ":2: field checkpoint_path: missing"),
+        ('[{"checkpoint_path": "/c/a", "output_name": "a"},\n\n {"checkpoint_path": "/c/b", "output_name": "a"}]',
+         ":3: field output_name: 'a' is already used at line 1"),
+        ('[{"checkpoint_path": "/c/a", "output_name": "../up"}]', ":1: field output_name: '../up' must be a folder"),
+        ('[{"checkpoint_path": "/c/a", "output_name": "/abs"}]', ":1: field output_name"),
+        ('[{"checkpoint_path": "", "output_name": "a"}]', ":1: field checkpoint_path: must be a non-empty string"),
+        ('[{"checkpoint": "/c/a", "output_name": "a"}]', ":1: field checkpoint: unknown"),
+        ('[\n{"checkpoint_path": "/c/a", "output_name": "a"}\n{"x": 1}]', ":3: invalid JSON"),
+        ('[\n  "a"\n]', ":2: a job must be an object"),
+        ("[]", ":1: no jobs"),
+        ('{"checkpoint_path": "/c/a", "output_name": "a"}\nnot json\n', ":2: not a JSON object"),
+    ]:
+        p.write_text(text)
+        with pytest.raises(BadInput) as e:
+            sweep.read_jobs(str(p))
+        assert str(e.value).startswith(str(p) + where), (text, str(e.value))
+    with pytest.raises(UsageError, match="cannot read"):
+        sweep.read_jobs(str(tmp_path / "missing.json"))
+
+
+def test_a_range_and_a_shard_split_the_jobs_between_nodes():
+    jobs = [sweep.Job(f"/c/{i}", str(i)) for i in range(7)]
+    names = lambda js: [j.name for j in js]  # noqa: E731
+    assert names(sweep.select_jobs(jobs, sweep.parse_range("2:5"))) == ["2", "3", "4"]
+    assert names(sweep.select_jobs(jobs, sweep.parse_range("5:"))) == ["5", "6"]
+    assert names(sweep.select_jobs(jobs, sweep.parse_range(":2"))) == ["0", "1"]
+    halves = [names(sweep.select_jobs(jobs, shard=(i, 2))) for i in range(2)]
+    assert halves == [["0", "2", "4", "6"], ["1", "3", "5"]]
+    assert names(sweep.select_jobs(jobs, (1, 6), (1, 2))) == ["2", "4"]
+    for bad in ("3", "5:2", "a:b", "-1:2"):
+        with pytest.raises(UsageError):
+            sweep.parse_range(bad)
+
+
+def test_gpu_ids_are_physical_or_relative_to_cuda_visible_devices():
+    assert sweep.resolve_gpus(["0", "1"], "absolute", None) == (["0", "1"], [])
+    assert sweep.resolve_gpus(["0", "1"], "visible", None) == (["0", "1"], [])
+    assert sweep.resolve_gpus(["0", "2"], "visible", "4,5,6,7") == (["4", "6"], [])
+    assert sweep.resolve_gpus(["1"], "visible", "GPU-aaaa,GPU-bbbb") == (["GPU-bbbb"], [])
+    ids, warnings = sweep.resolve_gpus(["0", "5"], "absolute", "4,5")
+    assert ids == ["0", "5"] and len(warnings) == 1 and "GPU 0 is outside CUDA_VISIBLE_DEVICES=4,5" in warnings[0]
+    with pytest.raises(UsageError, match="not a position in CUDA_VISIBLE_DEVICES=4,5"):
+        sweep.resolve_gpus(["2"], "visible", "4,5")
+    with pytest.raises(UsageError):
+        sweep.resolve_gpus(["0"], "relative", None)
+
+
+def test_pick_gpus_for_gpu_and_gpus_in_both_modes(monkeypatch):
+    said: list[str] = []
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")
+    assert sweep.pick_gpus("1", None, "visible", said.append) == ["5"]
+    assert sweep.pick_gpus(None, "0, 2", "visible", said.append) == ["4", "6"]
+    assert sweep.pick_gpus(None, "5", "absolute", said.append) == ["5"] and said == []
+    assert sweep.pick_gpus("1", None, "absolute", said.append) == ["1"] and "outside CUDA_VISIBLE_DEVICES" in said[0]
+    assert sweep.pick_gpus(None, None, "visible", said.append) is None
+    with pytest.raises(UsageError, match="names no GPU"):
+        sweep.pick_gpus(None, ",", "absolute", said.append)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert sweep.pick_gpus(None, "0,1", "visible", said.append) == ["0", "1"]
+
+
+def test_unit_command_passes_the_task_its_shots_and_one_gpu():
+    opts = ev.EvalOptions(engine="hf", source={"gsm8k": "g.jsonl", "toy": "t.jsonl"}, limit=3)
+    cmd = sweep.unit_command(sweep.Unit("/c/a", "out/a/gsm8k_8shot", sweep.Task("gsm8k", 8)), opts, "3")
+    assert cmd[1:5] == ["-m", "rlvr.commands.eval", "/c/a", "out/a/gsm8k_8shot"]
+    args = " ".join(cmd[5:])
+    assert "--benchmark gsm8k --shots 8" in args and "--source gsm8k=g.jsonl" in args and "toy" not in args
+    assert "--limit 3" in args and args.endswith("--gpu 3") and "--subdirs" not in args
+    cmd = sweep.unit_command(sweep.Unit("/c/a", "o", sweep.Task("toy")), opts, None)
+    assert "--shots" not in cmd and "--gpu" not in cmd
+
+
+# --------------------------------------------------------------------------- the scheduler
+
+# A stand-in for one evaluation: it says it started, waits until `want` units have started
+# (so it proves they ran at the same time), then writes its summary.json. Bounded: a unit
+# that waits longer than the guard fails, it never hangs the test.
+FAKE_EVAL = textwrap.dedent("""
+    import json, os, sys, time
+    out, device, started, want = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    open(os.path.join(started, os.path.basename(out) + "@" + device), "w").close()
+    guard = time.monotonic() + 120
+    while len(os.listdir(started)) < want:
+        if time.monotonic() > guard:
+            sys.exit(7)
+        time.sleep(0.05)
+    if os.path.basename(out) == "broken":
+        sys.exit(3)
+    os.makedirs(out, exist_ok=True)
+    json.dump({"checkpoint": "c", "benchmark": os.path.basename(out), "mode": "greedy", "metrics": {"accuracy": 1.0},
+               "settings": {"cuda_visible_devices": device}}, open(os.path.join(out, "summary.json"), "w"))
+""")
+
+
+def test_the_tasks_of_one_checkpoint_run_at_once_one_per_gpu(tiny_model_dir, tmp_path):
+    shutil.copytree(tiny_model_dir, tmp_path / "ckpts" / "step_1")
+    started = tmp_path / "started"
+    started.mkdir()
+    script = tmp_path / "fake_eval.py"
+    script.write_text(FAKE_EVAL)
+    tasks = [sweep.Task("gsm8k", 8), sweep.Task("gsm8k", 4), sweep.Task("ifeval", 0)]
+    opts = ev.EvalOptions()
+    out = tmp_path / "evals"
+    pattern = str(tmp_path / "ckpts" / "step_*")
+    command = lambda u, o, dev: [sys.executable, str(script), u.out, str(dev), str(started), "3"]  # noqa: E731
+    logs: list[str] = []
+    failed = sweep.run_units(lambda: sweep.watch_units(pattern, str(out), tasks, opts), ["0", "3", "5"], opts,
+                             log=logs.append, command=command)
+    assert failed == 0
+    # all three ran at the same time, each on its own GPU
+    assert sorted(os.listdir(started)) == ["gsm8k_4shot@3", "gsm8k_8shot@0", "ifeval_0shot@5"]
+    for t in tasks:
+        assert summary(out / "step_1" / t.folder)["benchmark"] == t.folder
+    assert logs == [f"evaluating {tmp_path}/ckpts/step_1 on gsm8k:8 (GPU 0)",
+                    f"evaluating {tmp_path}/ckpts/step_1 on gsm8k:4 (GPU 3)",
+                    f"evaluating {tmp_path}/ckpts/step_1 on ifeval:0 (GPU 5)"]
+    # Done units are skipped; a failing unit is counted, reported, and not retried in the same run.
+    assert sweep.watch_units(pattern, str(out), tasks, opts) == []
+    tasks.append(sweep.Task("broken"))
+    logs.clear()
+    failed = sweep.run_units(lambda: sweep.watch_units(pattern, str(out), tasks, opts), ["0", "3"], opts,
+                             log=logs.append, command=command)
+    assert failed == 1 and len(logs) == 2 and "on broken: evaluation failed (exit 3)" in logs[1]
+
+
+# --------------------------------------------------------------------------- end to end on fake GPUs
+
+
+def fake_node(tmp_path, gpus) -> dict:
+    """The environment of a node whose driver (the fake NVML) shows `gpus`: 'free' or 'busy'."""
+    busy = (71234, 97, [[os.getpid(), 71000]])
+    samples = [[dict(zip(("used_mib", "util", "procs"), busy if g == "busy" else (4, 0, []))) for g in gpus]]
+    scn = {"gpus": [{"uuid": f"GPU-{i}f6c9a2e-1b3d-4c5e-9f7a-2d4b6c8e0a1{i}", "name": "NVIDIA A100-SXM4-80GB",
+                     "total_mib": 81920} for i in range(len(gpus))], "samples": samples}
+    path = tmp_path / "node.json"
+    path.write_text(json.dumps(scn))
+    env = dict(os.environ, FAKE_GPU_SCENARIO=str(path), RLVR_GPU_PID_NAMESPACE="shared", OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([FAKES, REPO]))
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    return env
+
+
+def test_jobs_run_on_the_free_gpus_at_once_and_skip_finished_ones(tiny_model_dir, tmp_path):
+    for name in ("a", "b"):
+        shutil.copytree(tiny_model_dir, tmp_path / "ckpts" / name)
+    jobs = tmp_path / "jobs.json"
+    jobs.write_text(json.dumps([{"checkpoint_path": str(tmp_path / "ckpts" / n), "output_name": f"model-{n}"}
+                                for n in ("a", "b")]))
+    out = tmp_path / "evals"
+    env = fake_node(tmp_path, ["free", "busy", "free"])
+    cmd = [sys.executable, "-m", "rlvr.commands.eval", "--jobs", str(jobs), str(out), "-b", "toy", "--limit", "2",
+           "--max-tokens", "4", *HF]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "2 job(s) x 1 task(s): 2 to run on GPU 0,2" in r.stderr          # GPU 1 is busy: never used
+    assert f"evaluating {tmp_path}/ckpts/a on toy (GPU 0)" in r.stderr
+    assert f"evaluating {tmp_path}/ckpts/b on toy (GPU 2)" in r.stderr      # both at once, one per GPU
+    assert sorted(orjson.loads(x)["checkpoint"] for x in r.stdout.splitlines()) == \
+        [str(tmp_path / "ckpts" / n) for n in ("a", "b")]
+    for name, device in (("a", "0"), ("b", "2")):
+        s = summary(out / f"model-{name}" / "toy")
+        assert s["checkpoint"] == str(tmp_path / "ckpts" / name) and s["records"] == 2
+        assert s["settings"]["cuda_visible_devices"] == device
+    md = (out / "results.md").read_text().splitlines()
+    assert md[0] == "| checkpoint | toy accuracy |"
+    assert [ln.split(" | ")[0] for ln in md[2:]] == ["| model-a", "| model-b"]
+    # finished units are skipped; a node's part of the list is what it counts
+    r = subprocess.run(cmd + ["--range", "1:", "--shard", "0/2"], capture_output=True, text=True, cwd=REPO, env=env,
+                       timeout=600)
+    assert r.returncode == 0 and "1 job(s) x 1 task(s): 0 to run" in r.stderr and "evaluating" not in r.stderr
+    (out / "model-a" / "toy" / "summary.json").unlink()
+    r = subprocess.run(cmd + ["--shard", "1/2"], capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
+    assert r.returncode == 0 and "1 job(s) x 1 task(s): 0 to run" in r.stderr   # job a is node 1's
+
+
+def test_no_free_gpu_fails_and_usage_errors(tmp_path):
+    env = fake_node(tmp_path, ["busy"])
+    jobs = tmp_path / "jobs.json"
+    jobs.write_text('[{"checkpoint_path": "/nowhere", "output_name": "x"}]')
+    cmd = [sys.executable, "-m", "rlvr.commands.eval", "--jobs", str(jobs), str(tmp_path / "o"), "-b", "toy"]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+    assert r.returncode == 4 and "no free GPU" in r.stderr
+    r = invoke("rlvr-eval", ["--jobs", str(jobs), str(tmp_path / "o"), "-b", "toy", "--range", "3"])
+    assert r.code == 2 and "START:END" in r.stderr
+    r = invoke("rlvr-eval", ["--jobs", str(jobs), str(tmp_path / "o")])      # the standard set needs --shots
+    assert r.code == 2 and "the standard task set (gsm8k:8 gsm8k:4 math_qwen:4 ifeval:0 mbpp:3)" in r.stderr
+    r = invoke("rlvr-eval", ["--jobs", str(jobs), "--watch", "x/*", str(tmp_path / "o"), "-b", "toy"])
+    assert r.code == 2 and "do not go together" in r.stderr
+    r = invoke("rlvr-eval", ["x", str(tmp_path / "o"), "-b", "toy", "--range", "0:1"])
+    assert r.code == 2 and "--range goes with --jobs" in r.stderr
+    jobs.write_text('[{"checkpoint_path": "/nowhere"}]')
+    r = invoke("rlvr-eval", ["--jobs", str(jobs), str(tmp_path / "o"), "-b", "toy"])
+    assert r.code == 3 and f"{jobs}:1: field output_name: missing" in r.stderr
+
+
+def test_watch_evaluates_each_checkpoint_once_on_the_gpus_named_within_cuda_visible_devices(tiny_model_dir, tmp_path):
+    for step in ("step_000002", "step_000004"):
+        shutil.copytree(tiny_model_dir, tmp_path / "runs" / "run_a" / "checkpoints" / step)
+    (tmp_path / "runs" / "run_a" / "checkpoints" / ".step_000006.tmp").mkdir()   # being written: never matches
+    (tmp_path / "runs" / "run_a" / "checkpoints" / "step_000008").mkdir()        # not a model folder (yet)
+    pattern = str(tmp_path / "runs" / "run_*" / "checkpoints" / "step_*")
+    out = tmp_path / "evals"
+    env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="3,5")
+    cmd = [sys.executable, "-m", "rlvr.commands.eval", "--watch", pattern, str(out), "-b", "toy", "--limit", "3",
+           "--once", "--gpus", "0,1", "--gpu-mode", "visible", *HF]
+    r = subprocess.run(cmd + ["--shard", "1/2"], capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert [orjson.loads(x)["checkpoint"].endswith("step_000004") for x in r.stdout.splitlines()] == [True]
+    assert "(GPU 3)" in r.stderr
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("evaluating ") == 1 and "step_000002 on toy (GPU 3)" in r.stderr   # step 4 was done already
+    for step in ("step_000002", "step_000004"):
+        s = summary(out / "run_a" / "checkpoints" / step / "toy")
+        assert s["settings"]["cuda_visible_devices"] == "3"
+    md = (out / "results.md").read_text().splitlines()
+    assert md[0] == "| checkpoint | toy accuracy |" and len(md) == 4
+    assert md[2].split(" | ")[0] == "| run_a/checkpoints/step_000002"
+    assert (out / "results.csv").read_text().splitlines()[0] == "checkpoint,toy accuracy"
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+    assert r.returncode == 0 and "evaluating" not in r.stderr and r.stdout == ""
+
+
+def test_checkpoint_ids_follow_the_pattern():
+    assert sweep.fixed_prefix("results/run_*/checkpoints/step_*") == "results"
+    assert sweep.checkpoint_id("results/run_a/checkpoints/step_000010", "results/run_*/checkpoints/step_*") == \
+        "run_a/checkpoints/step_000010"
+
+
+def test_second_node_recipe_runs_the_venvs_rlvr_eval_by_absolute_path_over_ssh(tmp_path):
+    """bin/eval-two-nodes.sh: shard 0/2 here, 1/2 over ssh (tests/fakes/fake-ssh runs it
+    here), each by the virtualenv's absolute path: the remote shell's PATH has no rlvr-eval."""
+    venv_bin = tmp_path / "venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    log = tmp_path / "calls.log"
+    fake = venv_bin / "rlvr-eval"
+    fake.write_text(f'#!/bin/sh\nprintf "%s|%s|%s\\n" "$PWD" "${{RLVR_DATA_DIR:-}}" "$*" >> "{log}"\n'
+                    'case "$*" in *"--shard 1/2"*) exit 5;; esac\n')
+    fake.chmod(0o755)
+    (tmp_path / "node2.json").write_text("{}")
+    work = tmp_path / "work dir"
+    work.mkdir()
+    (work / "jobs.json").write_text("[]")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RLVR_VENV_BIN": str(venv_bin), "FAKE_SSH_DIR": str(tmp_path),
+           "RLVR_SSH_CMD": os.path.join(FAKES, "fake-ssh"), "RLVR_DATA_DIR": "/data/rows"}
+    r = subprocess.run(["bash", os.path.join(REPO, "bin", "eval-two-nodes.sh"), "node2", "jobs.json", "evals",
+                        "-b", "gsm8k:8"], cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    calls = sorted(log.read_text().splitlines())
+    assert r.returncode == 5 and "node2 failed (exit 5)" in r.stderr      # the remote's failure is the exit status
+    assert "activate" not in r.stderr and f"{venv_bin}/rlvr-eval" in r.stderr
+    jobs, out = f"{work}/jobs.json", f"{work}/evals"
+    assert calls == sorted([f"{work}|/data/rows|--jobs {jobs} {out} --shard 0/2 -b gsm8k:8",
+                            f"{work}|/data/rows|--jobs {jobs} {out} --shard 1/2 -b gsm8k:8",
+                            f"{work}|/data/rows|--table {out}"])
