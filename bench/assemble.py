@@ -7,7 +7,7 @@ import os
 import re
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ORDER = ["math", "code", "ifeval", "rollout", "train", "staleness", "s3", "gpu"]
+ORDER = ["math", "code", "ifeval", "rollout", "train", "sync", "staleness", "s3", "gpu"]
 
 
 def _read(name: str) -> str:
