@@ -182,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=2, help="trainer steps; the last one is timed (default 2)")
     ap.add_argument("--gen-prompts", type=int, help="prompts for the engine (default 16; CPU 2)")
     ap.add_argument("--gen-tokens", type=int, help="new tokens per prompt (default 256; CPU 8)")
+    ap.add_argument("--doc", metavar="FILE", help="also write the figures as a markdown section (e.g. "
+                    "docs/bench/gpucheck.md, then python bench/assemble.py)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a trainer option (rlvr.train.config.TrainerConfig), e.g. micro_batch_size=2")
     a = ap.parse_args(argv)
@@ -232,7 +234,29 @@ def main(argv: list[str] | None = None) -> int:
     out["total_s"] = round(time.monotonic() - t_start, 1)
     out["ok"] = True
     print(json.dumps(out), flush=True)
+    if a.doc:
+        with open(a.doc, "w") as fh:
+            fh.write(doc_section(out, argv if argv is not None else sys.argv[1:]))
     return 0
+
+
+def doc_section(out: dict, argv: list[str]) -> str:
+    """docs/bench/gpucheck.md from one run's JSON."""
+    t, g, m = out["train"], out["generate"], out["model"]
+    where = out["gpu"] or "CPU (fallback: tiny model)"
+    return "\n".join([
+        "## GPU acceptance check (bench/gpu_check.py)", "",
+        f"Command: `python bench/gpu_check.py {' '.join(argv)}`".rstrip() + f" on {where}, torch "
+        f"{out['versions']['torch']}, transformers {out['versions']['transformers']}, {time.strftime('%Y-%m-%d')}. "
+        f"A random {m['shape']} ({m['parameters'] / 1e9:.2f} B parameters, vocabulary {m['vocab_size']:,}); rlvr's "
+        f"trainer ({t['compute_dtype']} compute, {t['master_dtype']} master weights, options {t['options']}); "
+        "rlvr's transformers engine for generation.", "",
+        "| part | shape | time | tokens/s | peak torch.cuda.max_memory_allocated |", "|---|---|---|---|---|",
+        f"| trainer step (last of {t['steps']}) | {t['tokens_per_step']:,} tokens | {t['step_s']:.2f} s | "
+        f"{t['tokens_per_s']:,.0f} | {t['peak_mem_gib']} GiB |",
+        f"| generation | {g['prompts']} prompts x {g['max_tokens']} tokens | {g['seconds']:.2f} s | "
+        f"{g['tokens_per_s']:,.0f} | {g['peak_mem_gib']} GiB |", "",
+        f"Whole check: {out['total_s']:.0f} s.", ""])
 
 
 if __name__ == "__main__":
