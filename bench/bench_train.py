@@ -168,7 +168,8 @@ def sync_section(rows, reps: int) -> list[str]:
              "blob -> RPC -> in-place reload); `gloo` is the bucketed broadcast of `sync.method: gloo` "
              "(rlvr/engines/transfer.py: the trainer packs buckets of `sync.bucket_mb` and broadcasts them to the "
              "engine's worker, which loads them through vLLM's weight-transfer API). `nccl` is the same protocol "
-             "from a CUDA trainer to CUDA engines: not measured, no GPU on this machine.", "",
+             "from a CUDA trainer to CUDA engines: not measured, no GPU on this machine. The machine is shared: compare "
+             "the paths within a row (measured one after the other on the same actors), not across runs.", "",
              "| hidden x layers | parameters | fp32 MB | object_store wall s (engine s) | gloo, 16 MiB buckets | "
              "gloo, 512 MiB buckets | nccl |", "|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -283,8 +284,9 @@ def main() -> None:
         lines.append("")
     os.makedirs(os.path.join(ROOT, "docs", "bench"), exist_ok=True)
     if "sync" in only:
+        section = sync_section(bench_sync(tmp), 5)
         with open(os.path.join(ROOT, "docs", "bench", "sync.md"), "w") as fh:
-            fh.write("\n".join(sync_section(bench_sync(tmp), 5)) + "\n")
+            fh.write("\n".join(section) + "\n")
     if only & {"split", "trl"}:
         with open(os.path.join(ROOT, "docs", "bench", "train.md"), "w") as fh:
             fh.write("\n".join(lines) + "\n")
