@@ -150,3 +150,28 @@ def test_vllm_engine_receives_a_broadcast_update(vllm_engine, tiny_model_dir, ti
         sender.close()
     finally:
         vllm_engine.update_weights(tiny_model_dir, version=None)
+
+
+def test_nccl_payloads_are_what_vllms_nccl_engines_parse():
+    """The NCCL transport is vLLM's own engines (not runnable without GPUs): the init payload
+    an engine receives parses as vLLM's NCCL init info with the engine's rank offset and the
+    trainer's bucket size, and update_info as its per-sync update info."""
+    from vllm.distributed.weight_transfer.base import ParamMeta
+    from vllm.distributed.weight_transfer.nccl_engine import NCCLWeightTransferEngine
+
+    cfg = SimpleNamespace(parallel_config=SimpleNamespace(data_parallel_index=0, world_size=2, rank=0),
+                          model_config=None)
+    worker = NCCLWeightTransferEngine(SimpleNamespace(backend="nccl"), cfg, torch.device("cpu"), _Recorder())
+    rdv = Rendezvous("nccl", "10.0.0.1", 29555, 1 + 2 * 3, bucket_bytes=64 * 2**20)
+    info = worker.parse_init_info(rdv.worker_init(1 + 2 * 2))          # engine 2 of 3, tensor parallel 2
+    assert (info.master_address, info.master_port, info.world_size, info.rank_offset) == ("10.0.0.1", 29555, 7, 5)
+    assert info.packed and info.packed_buffer_size_bytes == 64 * 2**20
+    from rlvr.engines.transfer import update_info
+
+    meta = [ParamMeta("model.embed_tokens.weight", torch.bfloat16, (8, 4)), ParamMeta("model.norm.weight",
+                                                                                      torch.bfloat16, (4,))]
+    upd = worker.parse_update_info(update_info(meta))
+    assert upd.names == ["model.embed_tokens.weight", "model.norm.weight"]
+    assert upd.dtype_names == ["bfloat16", "bfloat16"] and upd.shapes == [[8, 4], [4]]
+    with pytest.raises(ValueError):
+        Rendezvous("tcp", "10.0.0.1", 1, 2)

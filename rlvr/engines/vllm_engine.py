@@ -90,6 +90,16 @@ def _build_llm(LLM: Any, kw: dict, in_process: bool, set_env: bool = True) -> An
             pass
 
 
+def _has_weight_transfer() -> bool:
+    """Whether the installed vLLM has the weight-transfer API (0.32 and later)."""
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+
+        return "weight_transfer_config" in EngineArgs.__dataclass_fields__
+    except Exception:  # noqa: BLE001
+        return False
+
+
 def _platform_is_cpu() -> bool:
     from vllm.platforms import current_platform
 
@@ -118,10 +128,11 @@ class VLLMEngine(Engine):
             seed=options.seed, enforce_eager=on_cpu if options.enforce_eager is None else options.enforce_eager,
             generation_config="vllm", worker_extension_cls="rlvr.engines.vllm_worker.WeightSync",
             logprobs_mode=f"{options.logprobs_mode}_logprobs",
+        )
+        if _has_weight_transfer():
             # vLLM's weight-transfer API (rlvr.engines.transfer): NCCL on CUDA, gloo on CPU;
             # nothing is set up until a trainer's group is joined (init_weight_transfer).
-            weight_transfer_config={"backend": "rlvr_gloo" if on_cpu else "nccl"},
-        )
+            kw["weight_transfer_config"] = {"backend": "rlvr_gloo" if on_cpu else "nccl"}
         if options.kv_cache_gib is not None:
             kw["kv_cache_memory_bytes"] = int(options.kv_cache_gib * 2**30)
         elif on_cpu and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
