@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import os
 import platform
@@ -82,6 +83,7 @@ def _peak_gib(device: str) -> float | None:
 def _reset_peak(device: str) -> None:
     import torch
 
+    gc.collect()   # the trainer of the part before, its optimizer state included
     if device.startswith("cuda"):
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
