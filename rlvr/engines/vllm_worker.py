@@ -7,10 +7,15 @@ vLLM's own ``model_runner.reload_weights`` (checkpoint-format names, layer-wise
 processing, so repacked CPU kernels are rebuilt). One gap in it is closed here: with tied
 input/output embeddings the output layer is skipped by the reload, and on CPU it keeps a
 packed copy of the old embedding; it is re-processed after every load.
+
+Weights broadcast by a trainer (rlvr.engines.transfer) arrive through vLLM's own worker
+methods (init_weight_transfer_engine, start_weight_update, update_weights); the update is
+closed by rlvr_finish_weight_update, which applies the same tied-head refresh and version.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Iterator
@@ -28,6 +33,27 @@ def _iter_safetensors(path: str) -> Iterator[tuple[str, Any]]:
                 yield name, fh.get_tensor(name)
 
 
+@contextlib.contextmanager
+def _quiet_layerwise():
+    # vLLM warns "Failed to load weights" for layers that have none to load (rotary
+    # embeddings, the tied output layer, refreshed after each load): not worth a line per update.
+    log = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+try:  # the gloo transport of rlvr.engines.transfer, known to this worker's vLLM factories
+    from rlvr.engines.transfer import register as _register_transports
+
+    _register_transports()
+except ImportError:  # a vLLM without the weight-transfer API: update_weights still works
+    pass
+
+
 class WeightSync:
     """Mixed into vLLM's worker class; `self` is the worker."""
 
@@ -42,15 +68,17 @@ class WeightSync:
         else:
             raise ValueError("rlvr_load_weights needs a blob or a path")
         reload = getattr(self, "reload_weights", None) or self.model_runner.reload_weights
-        # vLLM warns "Failed to load weights" for layers that have none to load (rotary
-        # embeddings, the tied output layer, handled below): not worth a line per update.
-        log = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
-        level = log.level
-        log.setLevel(logging.ERROR)
-        try:
+        with _quiet_layerwise():
             reload(weights_iterator=weights, is_checkpoint_format=True)
-        finally:
-            log.setLevel(level)
+        self._rlvr_refresh_tied_head()
+        self._rlvr_version = version
+        return version
+
+    def rlvr_finish_weight_update(self, version: Any) -> Any:
+        """End a broadcast update (vLLM's finish_weight_update: layerwise processing of what
+        update_weights received), then the same tied-head refresh as after a load."""
+        with _quiet_layerwise():
+            self.finish_weight_update()
         self._rlvr_refresh_tied_head()
         self._rlvr_version = version
         return version

@@ -74,6 +74,26 @@ class EngineActor:
     def get_version(self) -> int:
         return self.version
 
+    # -- weights broadcast by the trainer (rlvr.train.weight_sync, sync.method nccl/gloo) --
+
+    def device(self) -> str:
+        """Where this engine computes: cpu or cuda."""
+        if getattr(self.engine, "on_cpu", None) is not None:
+            return "cpu" if self.engine.on_cpu else "cuda"
+        return str(getattr(self.engine, "device", "cpu")).split(":")[0]
+
+    def transfer_init(self, init_info: dict) -> None:
+        self.engine.init_weight_transfer(init_info)
+
+    def receive_weights(self, update_info: dict, version: int) -> float:
+        t0 = time.monotonic()
+        self.engine.receive_weights(update_info, version=version)
+        self.version = version
+        return time.monotonic() - t0
+
+    def transfer_close(self) -> None:
+        self.engine.close_weight_transfer()
+
     def stats(self) -> dict:
         return {"busy_s": self.busy_s, "alive_s": time.monotonic() - self.born}
 
@@ -140,6 +160,29 @@ class TrainerActor:
 
     def version(self) -> int:
         return self.t.version
+
+    # -- the trainer's end of the weight broadcast (rlvr.engines.transfer) -----------------
+
+    def transfer_open(self, rdv) -> dict | None:
+        """Join the weight-transfer group (rank 0 sends; every rank takes part in the FSDP
+        gathers); rank 0 returns the update info the engines receive with."""
+        from rlvr.engines.transfer import Sender, TrainerWeights
+
+        self.transfer_close()
+        self.sender = Sender(rdv, TrainerWeights(self.t.model, self.t.dtype), rank=self.t.rank)
+        return self.sender.update_info() if self.t.rank == 0 else None
+
+    def transfer_send(self, version: int) -> int:
+        """Broadcast the current weights, which must be those of `version`."""
+        if self.t.version != version:
+            raise RuntimeError(f"asked to send the weights of version {version}, the trainer holds {self.t.version}")
+        self.sender.send()
+        return version
+
+    def transfer_close(self) -> None:
+        sender, self.sender = getattr(self, "sender", None), None
+        if sender is not None:
+            sender.close()
 
     def save(self, path: str, extra_state: dict) -> None:
         self.t.save(path, extra_state)

