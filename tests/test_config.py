@@ -30,9 +30,9 @@ def test_overrides_and_types(tmp_path):
     f = tmp_path / "c.yaml"
     f.write_text("train:\n  lr: 1e-5\n  steps: 3\nrollout:\n  n: 4\n")
     cfg = load_config(TrainConfig, str(f), ["train.steps=7", "data.mix={gsm8k: 1, math: 3}", "data.dataset=null",
-                                            "train.tis_cap=null"])
+                                            "train.loss.tis_cap=null"])
     assert cfg.train.lr == 1e-5 and cfg.train.steps == 7 and cfg.rollout.n == 4
-    assert cfg.data.mix == {"gsm8k": 1.0, "math": 3.0} and cfg.data.dataset is None and cfg.train.tis_cap is None
+    assert cfg.data.mix == {"gsm8k": 1.0, "math": 3.0} and cfg.data.dataset is None and cfg.train.loss.tis_cap is None
     assert cfg.rollout.temperature == 1.0  # default kept
     back = load_config(TrainConfig, None, [])
     assert to_yaml(back) == to_yaml(TrainConfig())
@@ -56,7 +56,7 @@ def test_errors_name_file_and_key(tmp_path, text, needle):
 
 def test_cross_field_checks():
     cfg = TrainConfig()
-    cfg.train.loss_type = "ppo"
+    cfg.train.loss.loss_type = "ppo"
     with pytest.raises(ConfigError):
         check(cfg)
     cfg = TrainConfig()

@@ -10,7 +10,7 @@ import torch
 
 from rlvr.runs import (checkpoint_dir, commit_checkpoint, latest_checkpoint, list_checkpoints, tmp_checkpoint_dir,
                        truncate_traces)
-from rlvr.train.config import TrainerConfig
+from rlvr.train.config import LossConfig, TrainerConfig
 from rlvr.train.trainer import Batch, PolicyTrainer
 
 
@@ -77,7 +77,7 @@ def test_behaviour_logprobs_feed_the_mismatch_metric(tiny):
 
 def test_reference_model_only_with_beta(tiny):
     assert trainer(tiny).ref is None
-    t = trainer(tiny, beta=0.1)
+    t = trainer(tiny, loss=LossConfig(beta=0.1))
     assert t.ref is not None
     m = t.step(Batch([[5, 6]], [[7, 8]], [1.0], None, None))
     assert m["loss/kl"] == pytest.approx(0.0, abs=1e-6)  # first step: policy == reference
