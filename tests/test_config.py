@@ -64,6 +64,31 @@ def test_cross_field_checks():
     assert any("top_p" in w for w in check(cfg))
 
 
+def test_clip_that_cannot_act_warns():
+    cfg = TrainConfig()
+    assert not any("cannot act" in w for w in check(cfg))      # defaults: nothing was asked of the clip
+    cfg.train.loss.clip_high = 0.28
+    assert any("cannot act" in w and "train.mini_batches" in w for w in check(cfg))
+    cfg.train.mini_batches = 4
+    assert not any("cannot act" in w for w in check(cfg))
+    cfg.train.mini_batches, cfg.train.epochs = 1, 2
+    assert not any("cannot act" in w for w in check(cfg))
+    cfg.train.epochs = 0
+    with pytest.raises(ConfigError):
+        check(cfg)
+
+
+def test_loss_settings_are_one_nested_section(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("train:\n  loss:\n    loss_type: dapo\n    clip_high: 0.28\n  mini_batches: 2\n")
+    cfg = load_config(TrainConfig, str(f), ["train.loss.beta=0.01"])
+    assert (cfg.train.loss.loss_type, cfg.train.loss.clip_high, cfg.train.loss.beta) == ("dapo", 0.28, 0.01)
+    assert "loss:\n    loss_type: dapo" in to_yaml(cfg)
+    f.write_text("train:\n  clip_high: 0.28\n")
+    with pytest.raises(ConfigError, match="train.clip_high: unknown key"):
+        load_config(TrainConfig, str(f))
+
+
 def test_parse_set():
     assert parse_set("a.b=3") == {"a": {"b": 3}}
     assert parse_set("a=1e-6") == {"a": 1e-6}
