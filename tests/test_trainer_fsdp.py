@@ -18,9 +18,10 @@ ADV = [1.0, -0.5, 0.25, 0.7, -1.0]
 
 
 def cfg():
-    # two mini-batches, micro-batches by a token budget: ranks get uneven numbers of them
+    # three mini-batches (one of a single sequence), micro-batches by a token budget: ranks get
+    # uneven numbers of them
     return TrainerConfig(lr=1e-3, micro_batch_size=2, dtype="float32", device="cpu", loss=LossConfig(loss_type="dapo"),
-                         mini_batches=2, max_tokens_per_microbatch=9)
+                         mini_batches=3, max_tokens_per_microbatch=9)
 
 
 def grads_of(t: PolicyTrainer) -> dict[str, torch.Tensor]:

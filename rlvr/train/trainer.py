@@ -236,11 +236,11 @@ class PolicyTrainer:
             out.append(cur)
         return out
 
-    def _plan(self, seqs: list[int], batch: Batch) -> list[list[int]]:
-        """This rank's micro-batches over its share (every world-th) of seqs. Every rank runs the
-        same number of them (FSDP's collectives need all ranks): a rank with fewer gets empty
-        ones (one masked dummy sequence)."""
-        per_rank = [self._micro_batches(seqs[r::self.world], batch) for r in range(self.world)]
+    def _plan(self, shares: list[list[int]], batch: Batch) -> list[list[int]]:
+        """This rank's micro-batches over its share (shares[rank]). Every rank runs the same
+        number of them (FSDP's collectives need all ranks): a rank with fewer gets empty ones
+        (one masked dummy sequence)."""
+        per_rank = [self._micro_batches(share, batch) for share in shares]
         n = max(len(p) for p in per_rank)
         mine = per_rank[self.rank]
         return mine + [[] for _ in range(n - len(mine))]
@@ -274,7 +274,9 @@ class PolicyTrainer:
         k = min(max(1, self.cfg.mini_batches), len(idx_all))
         minis = [idx_all[j * len(idx_all) // k:(j + 1) * len(idx_all) // k] for j in range(k)]
         updates = [m for _ in range(max(1, self.cfg.epochs)) for m in minis]
-        mine = [i for m in minis for i in m[self.rank::self.world]]
+        # rank r takes every world-th sequence of each mini-batch
+        shares = [[m[r::self.world] for m in minis] for r in range(self.world)]
+        mine = [i for m in shares[self.rank] for i in m]
         # pi_old and the reference, per sequence, taken once before the first update; with a
         # single update pi_old is the graph-free copy of the policy's own log-probs.
         old: dict[int, torch.Tensor] = {}
@@ -282,7 +284,7 @@ class PolicyTrainer:
         if len(updates) > 1 or self.ref is not None:
             models = ([self.model] if len(updates) > 1 else []) + ([self.ref] if self.ref is not None else [])
             with torch.no_grad():
-                for part in self._plan([i for m in minis for i in m], batch):
+                for part in self._plan([[i for m in sh for i in m] for sh in shares], batch):
                     for model in models:
                         lp, _, _ = self._forward(model, part, batch, with_entropy=False)
                         dst = old if model is self.model else ref
@@ -294,7 +296,7 @@ class PolicyTrainer:
         for u, mini in enumerate(updates):
             self.opt.zero_grad(set_to_none=True)
             tokens_total = float(sum(len(batch.completion_ids[i]) for i in mini))
-            for part in self._plan(mini, batch):
+            for part in self._plan([sh[u % len(minis)] for sh in shares], batch):
                 logp, ent, mask = self._forward(self.model, part, batch, with_entropy=True)
                 old_t = self._stack([old[i] for i in part], logp) if old else logp.detach()
                 beh = None
