@@ -100,8 +100,9 @@ def selective_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torc
         ents.append(ent)
     first_pass[0] = False
     logp = torch.cat(lps) if lps else hidden.new_zeros(0, dtype=torch.float32)
-    return logp, (torch.cat(ents) if with_entropy and ents else (hidden.new_zeros(0, dtype=torch.float32)
-                                                                 if with_entropy else None))
+    if not with_entropy:
+        return logp, None
+    return logp, torch.cat(ents) if ents else torch.zeros_like(logp)
 
 
 def _aggregate(x: torch.Tensor, mask: torch.Tensor, cfg: LossConfig, n_total: int | None = None,
@@ -116,7 +117,9 @@ def _aggregate(x: torch.Tensor, mask: torch.Tensor, cfg: LossConfig, n_total: in
         t = tokens_total if tokens_total is not None else mask.sum().clamp(min=1)
         return (x * mask).sum() / t
     if cfg.loss_type == "dr_grpo":
-        return (x * mask).sum() / (n * (cfg.max_tokens or 1))
+        if not cfg.max_tokens:
+            raise ValueError("loss_type dr_grpo needs max_tokens (its constant normaliser)")
+        return (x * mask).sum() / (n * cfg.max_tokens)
     raise ValueError(f"unknown loss_type {cfg.loss_type!r} ({', '.join(LOSS_TYPES)})")
 
 
