@@ -18,8 +18,9 @@ What this GRPO is, precisely:
   "dapo" averages over all tokens of the batch (token level); "dr_grpo" sums tokens and divides
   by (number of sequences x max_tokens), a constant.
 - Log-probs of the sampled tokens (and the entropy) are computed from the output layer's
-  inputs a chunk of positions at a time (`selective_logprobs`), each chunk recomputed in the
-  backward pass, so at most one chunk of full-vocabulary float32 logits exists at once.
+  inputs a chunk of positions at a time (`selective_logprobs`, a fused selective
+  log-softmax whose backward recomputes each chunk's logits), so at most one chunk of
+  full-vocabulary float32 logits exists at once.
 Shapes: N sequences in the micro-batch, L completion positions (right-padded); mask is 1 on
 real completion tokens.
 """
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
 
 from rlvr.train.config import LossConfig  # the loss's settings: rlvr-train's train.loss section
 
@@ -70,6 +70,51 @@ def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, with_entropy: bo
     return logp, ent
 
 
+class _ChunkLogprobs(torch.autograd.Function):
+    """One chunk's log-probs (and entropy) with a hand-written backward that recomputes the
+    chunk's logits and turns them into their gradient in place: one [C, V] float32 buffer in
+    the backward pass, about two in the forward pass, none kept between them."""
+
+    @staticmethod
+    def forward(ctx, h, w, b, t, temperature, with_entropy, dtype):
+        with torch.autocast(h.device.type, enabled=False):
+            logits = F.linear(h.to(dtype), w.to(dtype), None if b is None else b.to(dtype)).float()  # [C, V]
+            if temperature != 1.0:
+                logits.div_(temperature)
+            logz = torch.logsumexp(logits, dim=-1)                               # [C]
+            lp = logits.gather(-1, t.unsqueeze(-1)).squeeze(-1) - logz            # [C]
+            ent = None
+            if with_entropy:
+                p = torch.exp(logits - logz.unsqueeze(-1))
+                ent = logz - torch.einsum("cv,cv->c", p, logits)
+                del p
+        ctx.save_for_backward(h, w, b, t, logz)
+        ctx.temperature, ctx.dtype = temperature, dtype
+        ctx.mark_non_differentiable(*([ent] if ent is not None else []))
+        return lp, (ent if ent is not None else lp.new_zeros(0))
+
+    @staticmethod
+    def backward(ctx, g, _g_ent):
+        h, w, b, t, logz = ctx.saved_tensors
+        dt = ctx.dtype
+        with torch.autocast(h.device.type, enabled=False):
+            hc, wc = h.to(dt), w.to(dt)
+            grad = F.linear(hc, wc, None if b is None else b.to(dt)).float()     # [C, V] logits again
+            if ctx.temperature != 1.0:
+                grad.div_(ctx.temperature)
+            # d lp / d logits = onehot(t) - softmax, times g, divided by the temperature
+            grad.sub_(logz.unsqueeze(-1)).exp_().mul_(-g.unsqueeze(-1))
+            grad.scatter_add_(-1, t.unsqueeze(-1), g.unsqueeze(-1))
+            if ctx.temperature != 1.0:
+                grad.div_(ctx.temperature)
+            grad_b = grad.sum(0).to(b.dtype) if b is not None and ctx.needs_input_grad[2] else None
+            gc = grad.to(dt)
+            del grad
+            grad_h = (gc @ wc).to(h.dtype) if ctx.needs_input_grad[0] else None
+            grad_w = (gc.T @ hc).to(w.dtype) if ctx.needs_input_grad[1] else None
+        return grad_h, grad_w, grad_b, None, None, None, None
+
+
 def selective_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
                        chunk_size: int | None = 1024, with_entropy: bool = False, bias: torch.Tensor | None = None
                        ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -78,27 +123,21 @@ def selective_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torc
     [V, H] (the output layer), targets [T] -> (logp [T], entropy [T] detached, or None).
 
     chunk_size rows are projected, upcast to float32, divided by the temperature and reduced
-    at a time; with autograd on, each chunk is checkpointed (its logits are recomputed in the
-    backward pass), so one chunk of full-vocabulary values is live at once, forward and
-    backward. chunk_size 0 or None computes all rows at once (the reference path)."""
-    T = hidden.shape[0]
-    size = T if not chunk_size else max(1, int(chunk_size))
-    first_pass = [True]                       # the entropy is not recomputed in the backward pass
-
-    def one(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, t: torch.Tensor):
-        logits = F.linear(h, w, b).float()                          # [C, V]
-        logits = logits / temperature if temperature != 1.0 else logits
-        lp, ent = token_logprobs(logits, t, with_entropy and first_pass[0])
-        return lp, (ent if ent is not None else lp.detach().new_zeros(0))
-
-    grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
+    at a time (in the autocast dtype when autocast is on, as nn.Linear would); the backward
+    pass recomputes each chunk's logits, so one chunk of full-vocabulary values is live at
+    once, forward and backward. chunk_size 0 or None computes all rows at once through plain
+    autograd (the reference path)."""
+    if not chunk_size:
+        logits = F.linear(hidden, weight, bias).float() / temperature            # [T, V]
+        return token_logprobs(logits, targets, with_entropy)
+    dev = hidden.device.type
+    dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else hidden.dtype
     lps, ents = [], []
-    for s in range(0, T, size):
-        args = (hidden[s:s + size], weight, bias, targets[s:s + size])
-        lp, ent = checkpoint(one, *args, use_reentrant=False) if grad and size < T else one(*args)
+    for s in range(0, hidden.shape[0], int(chunk_size)):
+        lp, ent = _ChunkLogprobs.apply(hidden[s:s + chunk_size], weight, bias, targets[s:s + chunk_size],
+                                       float(temperature), with_entropy, dtype)
         lps.append(lp)
         ents.append(ent)
-    first_pass[0] = False
     logp = torch.cat(lps) if lps else hidden.new_zeros(0, dtype=torch.float32)
     if not with_entropy:
         return logp, None

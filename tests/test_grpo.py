@@ -144,3 +144,20 @@ def test_kl_to_pi_old_and_ratio_max():
     assert m["ratio/max"] == pytest.approx(1.8)          # the masked token (0, 2) does not count
     _, m0 = policy_loss(logp, logp.detach(), adv, mask, LossConfig(tis_cap=None))
     assert m0["kl"] == 0.0 and m0["ratio/max"] == 1.0
+
+
+def test_chunked_selective_logprobs_follow_autocast():
+    # under bf16 autocast the chunks compute in bf16 as nn.Linear would, gradients in the inputs' dtypes
+    g = torch.Generator().manual_seed(1)
+    h0, w0 = torch.randn(20, 32, generator=g), torch.randn(257, 32, generator=g) * 0.2
+    tgt = torch.randint(0, 257, (20,), generator=g)
+    out = []
+    for chunk in (0, 6):
+        h, w = h0.clone().requires_grad_(), w0.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            lp, _ = selective_logprobs(h, w, tgt, 0.8, chunk)
+        lp.sum().backward()
+        assert lp.dtype == torch.float32 and h.grad.dtype == w.grad.dtype == torch.float32
+        out.append((lp.detach(), h.grad, w.grad))
+    for a, b in zip(*out):
+        assert torch.allclose(a, b, rtol=2e-2, atol=2e-2)
