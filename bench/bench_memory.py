@@ -133,9 +133,10 @@ def main() -> None:
     lines.append("")
     lines.append(f"Chunked (chunk {best['chunk']} of {tokens} tokens): {best['peak_mib'] / base['peak_mib']:.2f}x of the "
                  "unchunked peak (target: at most 0.25x). The peak "
-                 "grows with the chunk (a few chunk-sized float32 buffers: logits, softmax, their gradient), not with "
-                 "the micro-batch: at 16 x 2,048 tokens one full logits copy is 19 GiB while the default chunk of 1,024 "
-                 "tokens keeps a few buffers of 0.6 GiB each. The chunks' logits are recomputed in the backward pass "
+                 "grows with the chunk (one or two chunk-sized float32 buffers: a chunk's logits, then its softmax and "
+                 "gradient in place), not with the micro-batch: at 16 x 2,048 tokens one full logits copy is 19 GiB "
+                 "while the default chunk of 1,024 tokens needs buffers of 0.6 GiB. The chunks' logits are recomputed "
+                 "in the backward pass "
                  "(the step time column shows the cost); tests/test_grpo.py and tests/test_trainer.py check that loss "
                  "and gradients equal the unchunked computation.")
     os.makedirs(os.path.join(ROOT, "docs", "bench"), exist_ok=True)
