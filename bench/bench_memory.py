@@ -136,8 +136,8 @@ def main() -> None:
                  "grows with the chunk (one or two chunk-sized float32 buffers: a chunk's logits, then its softmax and "
                  "gradient in place), not with the micro-batch: at 16 x 2,048 tokens one full logits copy is 19 GiB "
                  "while the default chunk of 1,024 tokens needs buffers of 0.6 GiB. The chunks' logits are recomputed "
-                 "in the backward pass "
-                 "(the step time column shows the cost); tests/test_grpo.py and tests/test_trainer.py check that loss "
+                 "in the backward pass (one more output-layer matmul per chunk; step times here carry the shared "
+                 "machine's noise); tests/test_grpo.py and tests/test_trainer.py check that loss "
                  "and gradients equal the unchunked computation.")
     os.makedirs(os.path.join(ROOT, "docs", "bench"), exist_ok=True)
     with open(os.path.join(ROOT, "docs", "bench", "memory.md"), "w") as fh:
