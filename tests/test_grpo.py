@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from rlvr.grpo import METRIC_KEYS, LossConfig, group_advantages, policy_loss, token_logprobs
+from rlvr.grpo import METRIC_KEYS, LossConfig, group_advantages, policy_loss, selective_logprobs, token_logprobs
 
 
 def test_group_advantages_hand_computed():
@@ -102,3 +102,62 @@ def test_metric_names_are_pinned():
     _, m = policy_loss(logp, old, adv, mask, LossConfig(), entropy=torch.ones_like(logp))
     assert set(m) == set(METRIC_KEYS)
     assert m["entropy"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 16, 1000])
+def test_chunked_selective_logprobs_equal_the_full_logits(chunk):
+    # loss and gradients of the chunked (checkpointed) computation equal those through the full
+    # [T, V] logits, temperature included
+    g = torch.Generator().manual_seed(0)
+    T, H, V, temp = 37, 16, 301, 0.7
+    h0, w0 = torch.randn(T, H, generator=g), torch.randn(V, H, generator=g) * 0.3
+    b0 = torch.randn(V, generator=g) * 0.1
+    tgt = torch.randint(0, V, (T,), generator=g)
+    coef = torch.randn(T, generator=g)
+
+    def run(chunk_size):
+        h, w, b = (x.clone().requires_grad_() for x in (h0, w0, b0))
+        if chunk_size is None:
+            lp, ent = token_logprobs((h @ w.T + b) / temp, tgt, with_entropy=True)
+        else:
+            lp, ent = selective_logprobs(h, w, tgt, temp, chunk_size, with_entropy=True, bias=b)
+        (lp * coef).sum().backward()
+        return lp.detach(), ent, h.grad, w.grad, b.grad
+
+    ref = run(None)
+    got = run(chunk)
+    assert ref[2].abs().max() > 0 and ref[3].abs().max() > 0
+    for a, b in zip(ref, got):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert not got[1].requires_grad and (got[1] > 0).all()
+    # 0 is the unchunked reference path
+    for a, b in zip(ref, run(0)):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_kl_to_pi_old_and_ratio_max():
+    logp, old, adv, mask = setup()
+    _, m = policy_loss(logp, old, adv, mask, LossConfig(tis_cap=None))
+    r = torch.exp(logp - old)
+    k3 = ((r - 1 - torch.log(r)) * mask).sum() / mask.sum()
+    assert m["kl"] == pytest.approx(k3.item()) and m["kl"] > 0
+    assert m["ratio/max"] == pytest.approx(1.8)          # the masked token (0, 2) does not count
+    _, m0 = policy_loss(logp, logp.detach(), adv, mask, LossConfig(tis_cap=None))
+    assert m0["kl"] == 0.0 and m0["ratio/max"] == 1.0
+
+
+def test_chunked_selective_logprobs_follow_autocast():
+    # under bf16 autocast the chunks compute in bf16 as nn.Linear would, gradients in the inputs' dtypes
+    g = torch.Generator().manual_seed(1)
+    h0, w0 = torch.randn(20, 32, generator=g), torch.randn(257, 32, generator=g) * 0.2
+    tgt = torch.randint(0, 257, (20,), generator=g)
+    out = []
+    for chunk in (0, 6):
+        h, w = h0.clone().requires_grad_(), w0.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            lp, _ = selective_logprobs(h, w, tgt, 0.8, chunk)
+        lp.sum().backward()
+        assert lp.dtype == torch.float32 and h.grad.dtype == w.grad.dtype == torch.float32
+        out.append((lp.detach(), h.grad, w.grad))
+    for a, b in zip(*out):
+        assert torch.allclose(a, b, rtol=2e-2, atol=2e-2)

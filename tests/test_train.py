@@ -19,7 +19,8 @@ from rlvr.train.loop import train
 TINY = os.path.join(REPO, "configs", "tiny-cpu.yaml")
 
 PINNED = ["step", "policy_version", "reward/mean", "reward/std", "reward/toy/mean", "reward/frac_zero_std",
-          "loss/policy", "loss/kl", "clip/frac", "entropy", "completions/mean_length", "completions/clipped_ratio",
+          "loss/policy", "loss/kl", "clip/frac", "clip/frac_low", "clip/frac_high", "kl", "ratio/max", "train/updates",
+          "entropy", "completions/mean_length", "completions/clipped_ratio",
           "logprob/engine_vs_trainer_abs_diff", "time/rollout_s", "time/train_s", "time/sync_s",
           "throughput/tokens_per_s", "staleness/mean", "staleness/max"]
 

@@ -10,7 +10,7 @@ import torch
 
 from rlvr.runs import (checkpoint_dir, commit_checkpoint, latest_checkpoint, list_checkpoints, tmp_checkpoint_dir,
                        truncate_traces)
-from rlvr.train.config import TrainerConfig
+from rlvr.train.config import LossConfig, TrainerConfig
 from rlvr.train.trainer import Batch, PolicyTrainer
 
 
@@ -77,7 +77,7 @@ def test_behaviour_logprobs_feed_the_mismatch_metric(tiny):
 
 def test_reference_model_only_with_beta(tiny):
     assert trainer(tiny).ref is None
-    t = trainer(tiny, beta=0.1)
+    t = trainer(tiny, loss=LossConfig(beta=0.1))
     assert t.ref is not None
     m = t.step(Batch([[5, 6]], [[7, 8]], [1.0], None, None))
     assert m["loss/kl"] == pytest.approx(0.0, abs=1e-6)  # first step: policy == reference
@@ -134,3 +134,84 @@ def test_truncate_traces(tmp_path):
     (d / "trace.jsonl").write_text('{"step": 1}\n{"step": 2}\n{"step": 3}\n{"ste')
     truncate_traces(str(tmp_path), 2)
     assert (d / "trace.jsonl").read_text() == '{"step": 1}\n{"step": 2}\n'
+
+
+P4 = [[5, 6, 7], [8, 9], [3], [4, 4, 2, 9, 9], [7], [6, 5]]
+C4 = [[10, 11, 12], [20, 21], [4, 4, 4, 4], [9], [30, 31, 32, 33, 34], [12, 13]]
+A4 = [1.0, -0.5, 0.25, -1.0, 0.8, -0.6]
+
+
+def grads_after_step(t, batch):
+    t.opt.step = lambda: None  # keep the accumulated gradient to compare
+    t.step(batch)
+    return torch.cat([q.grad.flatten() for q in t.model.parameters() if q.grad is not None])
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
+def test_chunked_logprobs_give_the_unchunked_loss_and_gradient(tiny, loss_type):
+    out = []
+    for chunk in (0, 3):
+        t = PolicyTrainer(tiny, TrainerConfig(lr=1e-2, micro_batch_size=4, dtype="float32", device="cpu",
+                                              logprob_chunk_size=chunk, loss=LossConfig(loss_type=loss_type)),
+                          max_tokens=8, total_steps=10, temperature=0.7)
+        assert (t._head(t.model) is None) == (chunk == 0)
+        lp, ent, mask = t._logprobs(t.model, P4, C4, with_entropy=True)
+        g = grads_after_step(t, Batch(P4, C4, A4, None, None))
+        out.append((lp * mask, ent * mask, g))
+    (lp0, e0, g0), (lp1, e1, g1) = out
+    assert g0.abs().max() > 0
+    assert torch.allclose(lp0, lp1, rtol=1e-5, atol=1e-6) and torch.allclose(e0, e1, rtol=1e-5, atol=1e-6)
+    assert torch.allclose(g0, g1, rtol=1e-4, atol=1e-7)
+
+
+def test_token_budget_micro_batches_pad_within_and_keep_the_gradient(tiny):
+    batch = Batch(P4, C4, A4, None, None)
+    grads = []
+    for budget in (None, 1, 12, 24, 10_000):
+        t = trainer(tiny, max_tokens_per_microbatch=budget, loss=LossConfig(loss_type="dapo"))
+        parts = t._micro_batches(list(range(len(P4))), batch)
+        assert sorted(i for p in parts for i in p) == list(range(len(P4)))
+        if budget:
+            for p in parts:   # padded size within the budget, unless one sequence alone exceeds it
+                padded = len(p) * (max(len(P4[i]) for i in p) + max(len(C4[i]) for i in p))
+                assert padded <= budget or len(p) == 1
+            lengths = [len(P4[i]) + len(C4[i]) for p in parts for i in p]
+            assert lengths == sorted(lengths)  # packed by length: padding only among similar lengths
+        grads.append(grads_after_step(t, batch))
+    assert len(trainer(tiny, max_tokens_per_microbatch=12)._micro_batches(list(range(6)), batch)) > 1
+    for g in grads[1:]:
+        assert torch.allclose(grads[0], g, rtol=1e-4, atol=1e-7)
+
+
+def _params(t):
+    return torch.cat([q.detach().flatten() for q in t.model.parameters()])
+
+
+def test_mini_batches_make_the_clip_act(tiny):
+    # two mini-batches holding the same pair of sequences: the second update sees the first's
+    # change, ratios > 1 on the rewarded completion and < 1 on the penalised one
+    p, good, bad = [5, 6, 7], [10, 11, 12, 13], [20, 21, 22]
+    batch = Batch([p] * 4, [good, bad] * 2, [1.0, -1.0] * 2, None, None)
+
+    def run(mini_batches, clip_high, epochs=1):
+        t = PolicyTrainer(tiny, TrainerConfig(lr=0.01, micro_batch_size=2, dtype="float32", device="cpu",
+                                              mini_batches=mini_batches, epochs=epochs, grad_clip=100.0,
+                                              loss=LossConfig(clip_low=0.2, clip_high=clip_high)),
+                          max_tokens=8, total_steps=10)
+        m = t.step(batch)
+        return m, _params(t), t
+
+    m1, p1, _ = run(1, 0.2)
+    assert m1["clip/frac_low"] == m1["clip/frac_high"] == 0.0 and m1["ratio/max"] == pytest.approx(1.0)
+    assert m1["train/updates"] == 1.0 and m1["kl"] == pytest.approx(0.0, abs=1e-9)
+    _, p1b, _ = run(1, 5.0)
+    assert torch.equal(p1, p1b)           # one update per batch: clip_high cannot act
+    m3, p3, t = run(2, 0.2)
+    assert m3["train/updates"] == 2.0 and t.version == 1
+    assert m3["clip/frac_low"] > 0 and m3["clip/frac_high"] > 0
+    assert m3["ratio/max"] > 1.2 and m3["kl"] > 0
+    _, p3b, _ = run(2, 5.0)
+    assert not torch.allclose(p3, p3b)    # a wider clip_high changes the update
+    # epochs: the second pass over the same batch sees ratios away from 1 (pi_old is fixed)
+    me, _, _ = run(1, 0.2, epochs=2)
+    assert me["train/updates"] == 2.0 and me["ratio/max"] > 1.0 and me["clip/frac"] > 0

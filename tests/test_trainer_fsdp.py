@@ -9,7 +9,7 @@ import socket
 import torch
 import torch.multiprocessing as mp
 
-from rlvr.train.config import TrainerConfig
+from rlvr.train.config import LossConfig, TrainerConfig
 from rlvr.train.trainer import Batch, PolicyTrainer
 
 PROMPTS = [[5, 6, 7], [8, 9], [3], [4, 4, 2], [7]]
@@ -18,7 +18,10 @@ ADV = [1.0, -0.5, 0.25, 0.7, -1.0]
 
 
 def cfg():
-    return TrainerConfig(lr=1e-3, micro_batch_size=2, dtype="float32", device="cpu", loss_type="dapo")
+    # three mini-batches (one of a single sequence), micro-batches by a token budget: ranks get
+    # uneven numbers of them
+    return TrainerConfig(lr=1e-3, micro_batch_size=2, dtype="float32", device="cpu", loss=LossConfig(loss_type="dapo"),
+                         mini_batches=3, max_tokens_per_microbatch=9)
 
 
 def grads_of(t: PolicyTrainer) -> dict[str, torch.Tensor]:

@@ -79,6 +79,23 @@ class VerifyConfig:
 
 
 @dataclass
+class LossConfig:
+    """The loss's settings (rlvr/grpo.py computes it): rlvr-train's `train.loss` section."""
+    loss_type: str = "grpo"
+    """grpo (mean per sequence), dapo (token level), dr_grpo (constant normaliser)."""
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    """PPO clip bounds on pi_theta/pi_old (clip_high > clip_low: DAPO's clip-higher); they act only with
+    train.mini_batches > 1 or train.epochs > 1 (with one update per batch the ratio is 1)."""
+    beta: float = 0.0
+    """KL coefficient to the frozen initial policy (k3); 0 loads no reference model."""
+    tis_cap: float | None = 2.0
+    """Truncated importance sampling cap on pi_trainer/pi_engine; null turns the correction off."""
+    max_tokens: int | None = None
+    """dr_grpo's constant normaliser; null = rollout.max_tokens."""
+
+
+@dataclass
 class TrainerConfig:
     steps: int = 30
     lr: float = 1e-6
@@ -90,17 +107,21 @@ class TrainerConfig:
     adam_beta2: float = 0.999
     grad_clip: float = 1.0
     micro_batch_size: int = 32
-    """Sequences per forward/backward; the step's gradient is accumulated over micro-batches."""
-    loss_type: str = "grpo"
-    """grpo (mean per sequence), dapo (token level), dr_grpo (constant normaliser)."""
+    """Sequences per forward/backward (when max_tokens_per_microbatch is null); the gradient is accumulated."""
     scale_rewards: str = "group"
     """group (divide advantages by the group std) or none (Dr. GRPO)."""
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    beta: float = 0.0
-    """KL coefficient to the frozen initial policy (k3); 0 loads no reference model."""
-    tis_cap: float | None = 2.0
-    """Truncated importance sampling cap on pi_trainer/pi_engine; null turns the correction off."""
+    loss: LossConfig = field(default_factory=LossConfig)
+    """The loss (rlvr/grpo.py): loss_type, clip_low, clip_high, beta, tis_cap, max_tokens."""
+    # -- updates per batch and memory (docs/train.md) --
+    mini_batches: int = 1
+    """Optimizer steps per rollout batch: the batch is split into this many mini-batches (PPO); > 1 lets the clip act."""
+    epochs: int = 1
+    """Passes over each rollout batch (PPO epochs); pi_old is the policy before the batch's first update."""
+    max_tokens_per_microbatch: int | None = None
+    """Token budget per forward/backward (padded prompt + completion tokens, sequences sorted by length);
+    null = micro_batch_size sequences."""
+    logprob_chunk_size: int = 1024
+    """Completion tokens whose full-vocabulary logits are computed at once (log-probs, entropy); 0 = all at once."""
     filter_zero_std: bool = True
     """Drop groups whose rewards are all equal (they carry no gradient in GRPO)."""
     mask_truncated: bool = False
@@ -191,8 +212,11 @@ def check(cfg: TrainConfig) -> list[str]:
     from rlvr.grpo import LOSS_TYPES
 
     t, r = cfg.train, cfg.rollout
-    if t.loss_type not in LOSS_TYPES:
-        raise ConfigError(f"train.loss_type: expected one of {', '.join(LOSS_TYPES)}, got {t.loss_type!r}")
+    if t.loss.loss_type not in LOSS_TYPES:
+        raise ConfigError(f"train.loss.loss_type: expected one of {', '.join(LOSS_TYPES)}, got {t.loss.loss_type!r}")
+    if t.mini_batches < 1 or t.epochs < 1 or t.logprob_chunk_size < 0 or (t.max_tokens_per_microbatch or 1) < 1:
+        raise ConfigError("train.mini_batches and train.epochs must be >= 1, train.max_tokens_per_microbatch >= 1 "
+                          "(or null), train.logprob_chunk_size >= 0")
     if t.scale_rewards not in ("group", "none"):
         raise ConfigError(f"train.scale_rewards: expected group or none, got {t.scale_rewards!r}")
     if t.lr_schedule not in ("constant", "linear", "cosine"):
@@ -225,4 +249,9 @@ def check(cfg: TrainConfig) -> list[str]:
                         "(the trainer's log-probs are over the full vocabulary)")
     if r.n < 2:
         warnings.append("rollout.n < 2: group-relative advantages are all zero")
+    default = LossConfig()
+    if t.mini_batches * t.epochs == 1 and (t.loss.clip_low, t.loss.clip_high) != (default.clip_low, default.clip_high):
+        warnings.append(f"train.loss.clip_low/clip_high set ({t.loss.clip_low}/{t.loss.clip_high}) but they cannot act: "
+                        "with one update per batch (train.mini_batches 1, train.epochs 1) the PPO ratio is always 1; "
+                        "set train.mini_batches > 1 for the clip to bound the policy's change")
     return warnings

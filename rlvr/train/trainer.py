@@ -1,13 +1,16 @@
 """The policy side of rlvr-train: model, optimizer, GRPO step, weights out, checkpoints.
 
 PolicyTrainer knows nothing of Ray or vLLM; rlvr.train.actors wraps it in a Ray actor.
-One `step(batch)` is one optimizer step over a batch of (prompt ids, completion ids,
-advantage, engine log-probs) sequences, with gradient accumulation over micro-batches, and
-bumps the policy version (= optimizer steps taken).
+One `step(batch)` trains on one rollout batch of (prompt ids, completion ids, advantage,
+engine log-probs) sequences: `train.epochs` passes of `train.mini_batches` optimizer steps
+(PPO; 1 x 1 by default), each accumulating gradients over micro-batches (a sequence count or
+a token budget), and bumps the policy version (= rollout batches trained on, one weight sync
+each).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import random
@@ -16,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from rlvr.grpo import LossConfig, policy_loss, token_logprobs
+from rlvr.grpo import policy_loss, selective_logprobs, token_logprobs
 
 
 @dataclass
@@ -41,7 +44,9 @@ def merge_metrics(per_rank: list[dict]) -> dict[str, float]:
             vals = [r.get(k, float("nan")) for r in per_rank]
             if k.startswith("loss/") or k in ("train/sequences", "train/tokens", "_tokens", "_diff_sum", "_diff_n"):
                 m[k] = float(sum(vals))
-            elif k in ("grad/norm", "lr"):
+            elif k == "ratio/max":
+                m[k] = max(vals)
+            elif k in ("grad/norm", "lr", "train/updates"):
                 m[k] = vals[0]
             else:
                 pairs = [(v, t) for v, t in zip(vals, toks) if t and v == v]
@@ -119,7 +124,7 @@ class PolicyTrainer:
             _shard(self.model, self.dtype)
         self.model.train()
         self.ref = None
-        if tcfg.beta > 0:
+        if tcfg.loss.beta > 0:
             # The reference is the initial policy, also when resuming from a checkpoint.
             self.ref = AutoModelForCausalLM.from_pretrained(ref_path or model_path, dtype=torch.float32,
                                                             trust_remote_code=trust_remote_code).to(self.device).eval()
@@ -130,8 +135,7 @@ class PolicyTrainer:
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=tcfg.lr, weight_decay=tcfg.weight_decay,
                                      betas=(tcfg.adam_beta1, tcfg.adam_beta2))
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(tcfg.lr_schedule, tcfg.warmup_steps, total_steps))
-        self.loss_cfg = LossConfig(loss_type=tcfg.loss_type, clip_low=tcfg.clip_low, clip_high=tcfg.clip_high,
-                                   beta=tcfg.beta, tis_cap=tcfg.tis_cap, max_tokens=max_tokens)
+        self.loss_cfg = dataclasses.replace(tcfg.loss, max_tokens=tcfg.loss.max_tokens or max_tokens)
         self.version = 0
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else (self.tokenizer.eos_token_id or 0)
@@ -158,97 +162,185 @@ class PolicyTrainer:
         pos = (attn.cumsum(1) - 1).clamp(min=0)                             # [N, P+L]
         return ids, attn, pos, targets, cmask, L
 
+    def _head(self, model):
+        """The output layer when log-probs can be taken from its inputs chunk by chunk, else None
+        (a chunk size of 0, or a model whose logits are not a plain linear map of its last hidden state)."""
+        head = model.get_output_embeddings() if self.cfg.logprob_chunk_size else None
+        cfg = getattr(model, "config", None)
+        if not isinstance(head, torch.nn.Linear) or getattr(cfg, "final_logit_softcapping", None) \
+                or getattr(cfg, "logit_scale", None) not in (None, 1, 1.0):
+            return None
+        return head
+
     def _logprobs(self, model, prompts, comps, with_entropy=False):
+        """-> (logp [N, L], entropy [N, L] detached or None, mask [N, L]) of the completions."""
         ids, attn, pos, targets, cmask, L = self._collate(prompts, comps)
         dev = self.device
         autocast = self.world == 1 and self.dtype != torch.float32
-        with torch.autocast(device_type=dev.split(":")[0], dtype=self.dtype, enabled=autocast):
-            out = model(input_ids=ids.to(dev), attention_mask=attn.to(dev), position_ids=pos.to(dev),
-                        logits_to_keep=L + 1, use_cache=False)
-        # [N, L, V] logits predicting the completion, in fp32 before the temperature (as vLLM)
+        targets, cmask = targets.to(dev), cmask.to(dev)
+        head = self._head(model)
+        ents = []
+        if head is not None:
+            # The output layer's forward is swapped, for this call, for the chunked selective
+            # log-softmax of the completion's real tokens: the model's forward (and FSDP's hooks
+            # around it) runs as usual, and no [N, L, V] logits ever exist.
+            sel = cmask.bool()                                                   # [N, L]
+
+            def forward(h):                                                      # h [N, L+1, H]
+                lp, ent = selective_logprobs(h[:, :L][sel], head.weight, targets[sel], self.temperature,
+                                             self.cfg.logprob_chunk_size, with_entropy, head.bias)
+                ents.append(ent)
+                return lp                                                        # [T] real tokens
+            head.forward = forward
+        try:
+            with torch.autocast(device_type=dev.split(":")[0], dtype=self.dtype, enabled=autocast):
+                out = model(input_ids=ids.to(dev), attention_mask=attn.to(dev), position_ids=pos.to(dev),
+                            logits_to_keep=L + 1, use_cache=False)
+        finally:
+            if head is not None:
+                del head.forward                                                 # back to nn.Linear.forward
+        if head is not None:
+            logp = torch.zeros_like(cmask).masked_scatter(sel, out.logits)      # [N, L]
+            ent = torch.zeros_like(cmask).masked_scatter(sel, ents[0]) if with_entropy else None
+            return logp, ent, cmask
+        # The reference path (train.logprob_chunk_size 0): [N, L, V] logits, in fp32 before the
+        # temperature (as vLLM).
         logits = out.logits[:, :L, :].float() / self.temperature
         del out
-        logp, _ = token_logprobs(logits, targets.to(dev))                    # [N, L]
-        ent = None
-        if with_entropy:
-            with torch.no_grad():                                             # a diagnostic: no graph
-                _, ent = token_logprobs(logits.detach(), targets.to(dev), with_entropy=True)
-        return logp, ent, cmask.to(dev)
+        logp, ent = token_logprobs(logits, targets, with_entropy=with_entropy)  # [N, L]
+        return logp, ent, cmask
 
     # -- one optimizer step ----------------------------------------------------------------
 
+    def _micro_batches(self, idx: list[int], batch: Batch) -> list[list[int]]:
+        """Split this rank's sequences into micro-batches: train.micro_batch_size sequences in
+        order, or, with train.max_tokens_per_microbatch, sorted by length and packed so that
+        each micro-batch's padded size (sequences x (longest prompt + longest completion))
+        stays within the budget (a longer sequence goes alone)."""
+        budget = self.cfg.max_tokens_per_microbatch
+        if not budget:
+            mb = max(1, self.cfg.micro_batch_size)
+            return [idx[k:k + mb] for k in range(0, len(idx), mb)]
+        order = sorted(idx, key=lambda i: (len(batch.completion_ids[i]) + len(batch.prompt_ids[i]),
+                                           len(batch.completion_ids[i]), i))
+        out: list[list[int]] = []
+        cur, p_max, c_max = [], 0, 0
+        for i in order:
+            p, c = max(p_max, len(batch.prompt_ids[i])), max(c_max, len(batch.completion_ids[i]))
+            if cur and (len(cur) + 1) * (p + c) > budget:
+                out.append(cur)
+                cur, p, c = [], len(batch.prompt_ids[i]), len(batch.completion_ids[i])
+            cur.append(i)
+            p_max, c_max = p, c
+        if cur:
+            out.append(cur)
+        return out
+
+    def _plan(self, shares: list[list[int]], batch: Batch) -> list[list[int]]:
+        """This rank's micro-batches over its share (shares[rank]). Every rank runs the same
+        number of them (FSDP's collectives need all ranks): a rank with fewer gets empty ones
+        (one masked dummy sequence)."""
+        per_rank = [self._micro_batches(share, batch) for share in shares]
+        n = max(len(p) for p in per_rank)
+        mine = per_rank[self.rank]
+        return mine + [[] for _ in range(n - len(mine))]
+
+    def _forward(self, model, part: list[int], batch: Batch, with_entropy: bool):
+        prompts = [batch.prompt_ids[i] for i in part] or [[self.pad_id]]
+        comps = [batch.completion_ids[i] for i in part] or [[self.pad_id]]
+        logp, ent, mask = self._logprobs(model, prompts, comps, with_entropy=with_entropy)   # [n, L]
+        if not part:
+            mask = torch.zeros_like(mask)
+        return logp, ent, mask
+
+    def _stack(self, rows: list[torch.Tensor | list[float] | None], like: torch.Tensor) -> torch.Tensor:
+        """Per-sequence values (tensors or lists, possibly shorter) right-padded with 0 into like's shape."""
+        out = torch.zeros_like(like)
+        for j, r in enumerate(rows):
+            if r is not None and len(r):
+                r = torch.as_tensor(r, dtype=like.dtype, device=like.device)[:like.shape[1]]
+                out[j, :len(r)] = r
+        return out
+
     def step(self, batch: Batch) -> dict[str, float]:
-        """One optimizer step over the batch (this rank's share of it when world > 1).
+        """Train on one rollout batch (this rank's share of it when world > 1): train.epochs
+        passes over train.mini_batches mini-batches, one optimizer step each, with pi_old the
+        policy before the first of them.
 
         Returns metrics; with several ranks, merge them with merge_metrics()."""
         n = len(batch.prompt_ids)
         keep = batch.loss_mask or [True] * n
         idx_all = [i for i in range(n) if keep[i] and batch.completion_ids[i]]
-        idx = idx_all[self.rank::self.world]
-        metrics_acc: dict[str, float] = {}
-        tok_weights = 0.0
+        k = min(max(1, self.cfg.mini_batches), len(idx_all))
+        minis = [idx_all[j * len(idx_all) // k:(j + 1) * len(idx_all) // k] for j in range(k)]
+        updates = [m for _ in range(max(1, self.cfg.epochs)) for m in minis]
+        # rank r takes every world-th sequence of each mini-batch
+        shares = [[m[r::self.world] for m in minis] for r in range(self.world)]
+        mine = [i for m in shares[self.rank] for i in m]
+        # pi_old and the reference, per sequence, taken once before the first update; with a
+        # single update pi_old is the graph-free copy of the policy's own log-probs.
+        old: dict[int, torch.Tensor] = {}
+        ref: dict[int, torch.Tensor] = {}
+        if len(updates) > 1 or self.ref is not None:
+            models = ([self.model] if len(updates) > 1 else []) + ([self.ref] if self.ref is not None else [])
+            with torch.no_grad():
+                for part in self._plan([[i for m in sh for i in m] for sh in shares], batch):
+                    for model in models:
+                        lp, _, _ = self._forward(model, part, batch, with_entropy=False)
+                        dst = old if model is self.model else ref
+                        for j, i in enumerate(part):
+                            dst[i] = lp[j, :len(batch.completion_ids[i])].clone()
+        acc: dict[str, float] = {}
+        tok_weights, ratio_max, grad_norms = 0.0, 0.0, []
         diffs_sum, diffs_n = 0.0, 0
-        tokens_total = float(sum(len(batch.completion_ids[i]) for i in idx_all))
-        self.opt.zero_grad(set_to_none=True)
-        mb = max(1, self.cfg.micro_batch_size)
-        # Every rank runs the same number of micro-batches (FSDP's collectives need all ranks);
-        # a rank with nothing left runs one masked dummy sequence.
-        n_mb = max(1, math.ceil(math.ceil(len(idx_all) / self.world) / mb)) if idx_all else 0
-        for k in range(n_mb):
-            part = idx[k * mb:(k + 1) * mb]
-            dummy = not part
-            prompts = [batch.prompt_ids[i] for i in part] or [[self.pad_id]]
-            comps = [batch.completion_ids[i] for i in part] or [[self.pad_id]]
-            logp, ent, mask = self._logprobs(self.model, prompts, comps, with_entropy=True)   # [n, L]
-            if dummy:
-                mask = torch.zeros_like(mask)
-            old = logp.detach()
-            beh = None
-            if batch.behaviour_logprobs is not None and not dummy:
-                beh = torch.zeros_like(old)
-                for j, i in enumerate(part):
-                    lp = batch.behaviour_logprobs[i]
-                    if lp:
-                        beh[j, :len(lp)] = torch.tensor(lp, dtype=old.dtype)
-                diffs_sum += float(((old - beh).abs() * mask).sum())
-                diffs_n += int(mask.sum())
-            ref = None
-            if self.ref is not None:
-                with torch.no_grad():
-                    ref, _, _ = self._logprobs(self.ref, prompts, comps)
-            adv = torch.tensor([batch.advantages[i] for i in part] or [0.0], device=self.device)
-            loss, m = policy_loss(logp, old, adv, mask, self.loss_cfg, behaviour_logp=beh, ref_logp=ref,
-                                  entropy=ent.detach() if ent is not None else None, n_total=len(idx_all),
-                                  tokens_total=tokens_total)
-            # Losses are normalised by the whole batch's counts, so the ranks' gradients must be
-            # summed; FSDP averages them over ranks, hence the factor.
-            (loss * self.world).backward()
-            w = float(mask.sum())
-            tok_weights += w
-            for key, v in m.items():
-                if key.startswith("loss/"):
-                    metrics_acc[key] = metrics_acc.get(key, 0.0) + v        # already scaled to the batch
-                elif w:
-                    metrics_acc[key] = metrics_acc.get(key, 0.0) + v * w
-        for key in list(metrics_acc):
-            if not key.startswith("loss/"):
-                metrics_acc[key] = metrics_acc[key] / tok_weights if tok_weights else float("nan")
-        grad_norm = 0.0
-        if idx_all:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip))
+        for u, mini in enumerate(updates):
+            self.opt.zero_grad(set_to_none=True)
+            tokens_total = float(sum(len(batch.completion_ids[i]) for i in mini))
+            for part in self._plan([sh[u % len(minis)] for sh in shares], batch):
+                logp, ent, mask = self._forward(self.model, part, batch, with_entropy=True)
+                old_t = self._stack([old[i] for i in part], logp) if old else logp.detach()
+                beh = None
+                if batch.behaviour_logprobs is not None and part:
+                    beh = self._stack([batch.behaviour_logprobs[i] for i in part], logp)
+                    if u < len(minis):                        # first pass: each sequence once
+                        diffs_sum += float(((old_t - beh).abs() * mask).sum())
+                        diffs_n += int(mask.sum())
+                ref_t = self._stack([ref[i] for i in part], logp) if self.ref is not None else None
+                adv = torch.tensor([batch.advantages[i] for i in part] or [0.0], device=self.device)
+                loss, m = policy_loss(logp, old_t, adv, mask, self.loss_cfg, behaviour_logp=beh, ref_logp=ref_t,
+                                      entropy=ent, n_total=len(mini), tokens_total=tokens_total)
+                # Losses are normalised by the whole mini-batch's counts, so the ranks' gradients
+                # must be summed; FSDP averages them over ranks, hence the factor.
+                (loss * self.world).backward()
+                w = float(mask.sum())
+                tok_weights += w
+                for key, v in m.items():
+                    if key.startswith("loss/"):
+                        acc[key] = acc.get(key, 0.0) + v / len(updates)   # mean over updates
+                    elif key == "ratio/max":
+                        ratio_max = max(ratio_max, v) if w else ratio_max
+                    elif w:
+                        acc[key] = acc.get(key, 0.0) + v * w
+            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)))
             self.opt.step()
+        for key in list(acc):
+            if not key.startswith("loss/"):
+                acc[key] = acc[key] / tok_weights if tok_weights else float("nan")
+        if updates:
+            acc["ratio/max"] = ratio_max
         lr = self.sched.get_last_lr()[0]
         self.sched.step()
         self.version += 1
-        metrics_acc.update({
-            "grad/norm": grad_norm,
+        acc.update({
+            "grad/norm": sum(grad_norms) / len(grad_norms) if grad_norms else 0.0,
             "lr": lr,
-            "train/sequences": float(len(idx)),
-            "train/tokens": float(sum(len(batch.completion_ids[i]) for i in idx)),
+            "train/updates": float(len(updates)),
+            "train/sequences": float(len(mine)),
+            "train/tokens": float(sum(len(batch.completion_ids[i]) for i in mine)),
             "logprob/engine_vs_trainer_abs_diff": diffs_sum / diffs_n if diffs_n else float("nan"),
             "_tokens": tok_weights, "_diff_sum": diffs_sum, "_diff_n": float(diffs_n),
         })
-        return metrics_acc
+        return acc
 
     # -- weights out -----------------------------------------------------------------------
 
