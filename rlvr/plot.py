@@ -13,12 +13,12 @@ import os
 
 import orjson
 
-from rlvr.cli import Failure
+from rlvr.errors import BadInput, Failure
 from rlvr.records import is_number
 
 
-def _bad_line(path: str, n: int, what: str, field: str | None = None) -> Failure:
-    return Failure(f"{path}:{n}: {what}" + (f" (field {field})" if field else ""), code=3)
+def _bad_line(path: str, n: int, what: str, field: str | None = None) -> BadInput:
+    return BadInput(f"{path}:{n}: {what}" + (f" (field {field})" if field else ""))
 
 
 def read_trace(run_dir: str, metric: str = "reward/mean") -> list[tuple[float, float, float]]:

@@ -25,6 +25,8 @@ from typing import Any, BinaryIO
 
 import orjson
 
+from rlvr.errors import BadInput, Failure
+
 VERIFIERS = ("math", "code", "ifeval", "ifbench", "if_multi")
 STATUSES = ("correct", "wrong", "no_answer", "timeout", "error")
 
@@ -32,11 +34,11 @@ STATUSES = ("correct", "wrong", "no_answer", "timeout", "error")
 _MSG_ROLES = {"system", "user", "assistant", "tool", "developer"}
 
 
-class InputFileError(OSError):
+class InputFileError(Failure, OSError):
     """An input file that cannot be opened or read (missing, a folder, a broken .gz): exit 1."""
 
 
-class RecordError(ValueError):
+class RecordError(BadInput, ValueError):
     """A malformed input line: knows where it is and which field is wrong."""
 
     def __init__(self, message: str, path: str = "<stdin>", line: int = 0, field: str | None = None):
@@ -45,6 +47,7 @@ class RecordError(ValueError):
         self.line = line
         self.field = field
         super().__init__(str(self))
+        self.message = message  # RlvrError set it to the whole line
 
     def __str__(self) -> str:
         where = f"{self.path}:{self.line}: " if self.line else f"{self.path}: "

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 
 import click
 import orjson
 
-from rlvr.cli import ConfigError, Failure, check_output_dir, parse_shard, run, warn, with_examples
+from rlvr.cli import (ConfigError, Failure, RlvrError, check_output_dir, parse_shard, run, say, warn,
+                      with_examples)
 
 HELP = with_examples(
     """Evaluate checkpoints with canonical settings.
@@ -95,7 +95,7 @@ def cmd(paths, benchmarks, gpu, gpus, pass_at_k, pattern, interval, once, idle_e
         if not os.path.isdir(paths[0]):
             raise ConfigError(f"--table: {paths[0]} is not a folder")
         if not ev.collect(paths[0]):
-            warn(f"no evaluation summaries under {paths[0]}", "rlvr-eval")
+            warn(f"no evaluation summaries under {paths[0]}")
         sys.stdout.write(ev.results_table(paths[0], fmt))
         return
     want = 1 if pattern else 2
@@ -111,11 +111,10 @@ def cmd(paths, benchmarks, gpu, gpus, pass_at_k, pattern, interval, once, idle_e
     opts = ev.EvalOptions(engine=engine, dtype=dtype, max_model_len=max_model_len, kv_cache_gib=kv_cache_gib,
                           source=_sources(sources, benchmarks), limit=limit, max_tokens=max_tokens, chat=chat,
                           pass_at_k=pass_at_k, verify_jobs=verify_jobs, progress=progress)
-    say = functools.partial(warn, prog="rlvr-eval")
     if pattern:
-        devices = ev.pick_devices(gpu, gpus, say) or [None]
+        devices = ev.pick_devices(gpu, gpus, warn) or [None]
         failed = ev.watch(pattern, paths[0], benchmarks, opts, devices=devices, interval=interval, once=once,
-                          idle_exit=idle_exit, shard=parse_shard(shard), log=lambda m: click.echo(f"rlvr-eval: {m}", err=True))
+                          idle_exit=idle_exit, shard=parse_shard(shard), log=say)
         if failed:
             raise Failure(f"{failed} checkpoint evaluation(s) failed (see above)")
         return
@@ -123,17 +122,16 @@ def cmd(paths, benchmarks, gpu, gpus, pass_at_k, pattern, interval, once, idle_e
         os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # nvidia-smi's numbering
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     elif gpus is not None:
-        opts.gpus = ev.pick_devices(None, gpus, say)
-    from rlvr.engines import CheckpointError, EngineError
-    from rlvr.engines.rollout import PromptError, record_stdout
+        opts.gpus = ev.pick_devices(None, gpus, warn)
+    from rlvr.engines.rollout import record_stdout
 
     with record_stdout() as out:  # engine processes cannot write into the JSON lines
         try:
-            results = ev.evaluate_checkpoint(paths[0], paths[1], benchmarks, opts, warn=say, subdirs=subdirs or None)
-        except (CheckpointError, PromptError, ValueError) as e:
+            results = ev.evaluate_checkpoint(paths[0], paths[1], benchmarks, opts, warn=warn, subdirs=subdirs or None)
+        except RlvrError:  # engine, checkpoint and prompt errors carry their exit codes
+            raise
+        except ValueError as e:  # an option value the library rejects
             raise ConfigError(str(e)) from None
-        except EngineError as e:
-            raise Failure(str(e)) from None
         try:
             for b in benchmarks:
                 s = results[b]
@@ -144,7 +142,7 @@ def cmd(paths, benchmarks, gpu, gpus, pass_at_k, pattern, interval, once, idle_e
             raise click.exceptions.Exit(0) from None
 
 
-main = run(cmd, "rlvr-eval")
+main = run(cmd)
 
 if __name__ == "__main__":
     main()

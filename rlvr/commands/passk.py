@@ -77,12 +77,12 @@ def cmd(files, keep_going, ks, threshold, per_prompt, fmt):
         if out is not None:
             out.write({"id": rid, "dataset": rec.get("dataset"), "n": n, "c": c, **vals})
     if dupes:
-        warn(f"{dupes} repeated id(s) counted once", "rlvr-passk")
+        warn(f"{dupes} repeated id(s) counted once")
     if errors:
-        warn(f"{errors} error record(s) skipped", "rlvr-passk")
+        warn(f"{errors} error record(s) skipped")
     if out is not None or not acc.rows and not no_samples:
         if not acc.rows:
-            warn("no records", "rlvr-passk")
+            warn("no records")
         return
     s = acc.summary()
     s["threshold"] = threshold
@@ -101,4 +101,4 @@ def cmd(files, keep_going, ks, threshold, per_prompt, fmt):
         sys.stdout.write(summary_table(s, fmt))
 
 
-main = run(cmd, "rlvr-passk")
+main = run(cmd)

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from rlvr.cli import ConfigError, run, warn, with_examples
+from rlvr.cli import ConfigError, program, run, warn, with_examples
 
 HELP = with_examples(
     """Train a policy with GRPO on verifiable rewards.
@@ -58,7 +58,7 @@ def cmd(config, sets, resume_dir, run_dir, ray_address, print_config):
         if not os.path.exists(saved):
             raise ConfigError(f"{resume_dir}: not a run folder (no config.yaml)")
         if config:
-            warn(f"--resume uses {saved}; ignoring {config}", "rlvr-train")
+            warn(f"--resume uses {saved}; ignoring {config}")
         config = saved
     elif config is None:
         config = default_config_path()
@@ -66,7 +66,7 @@ def cmd(config, sets, resume_dir, run_dir, ray_address, print_config):
     if ray_address:
         cfg.ray.address = ray_address
     for w in check(cfg):
-        warn(w, "rlvr-train")
+        warn(w)
     text = to_yaml(cfg)
     if print_config:
         sys.stdout.write(text)
@@ -80,7 +80,7 @@ def cmd(config, sets, resume_dir, run_dir, ray_address, print_config):
         rd = run_dir
     else:
         rd = new_run_dir(config)
-    train(cfg, rd, ["rlvr-train", *sys.argv[1:]], text, resume=bool(resume_dir))
+    train(cfg, rd, [program(), *sys.argv[1:]], text, resume=bool(resume_dir))
 
 
 def default_config_path() -> str:
@@ -89,7 +89,7 @@ def default_config_path() -> str:
     return str(files("rlvr") / "resources" / "tiny-cpu.yaml")
 
 
-main = run(cmd, "rlvr-train")
+main = run(cmd)
 
 
 if __name__ == "__main__":

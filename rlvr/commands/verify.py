@@ -141,9 +141,9 @@ def cmd(files, keep_going, verifier, jobs, timeout, reward_table, reward_mode, s
     except WorkerStartError as e:
         raise Failure(str(e)) from None
     for name, why in pool.unavailable.items():
-        warn(f"verifier {name!r} is not available here, its verdicts are errors: {why}", "rlvr-verify")
+        warn(f"verifier {name!r} is not available here, its verdicts are errors: {why}")
     if unnamed:
-        warn(f"{unnamed} record(s) name no verifier: their verdicts are errors (use --verifier NAME)", "rlvr-verify")
+        warn(f"{unnamed} record(s) name no verifier: their verdicts are errors (use --verifier NAME)")
     if acc is not None:
         result = acc.result()
         if summary == "-":
@@ -152,4 +152,4 @@ def cmd(files, keep_going, verifier, jobs, timeout, reward_table, reward_mode, s
             atomic_write(summary, orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
 
 
-main = run(cmd, "rlvr-verify")
+main = run(cmd)

@@ -30,6 +30,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from rlvr.errors import Failure
+
 PromptIds = list[int]
 # A weight update: a mapping or iterable of (name, tensor) in the checkpoint's own names, or
 # the path of a model folder / .safetensors file holding them.
@@ -38,8 +40,8 @@ Weights = Mapping[str, Any] | Iterable[tuple[str, Any]] | str
 SEED_BITS = 62  # derived seeds stay below 2**62 so that seed + sample index fits in int64
 
 
-class EngineError(RuntimeError):
-    """An engine cannot do what was asked (bad weights, dead engine, bad options)."""
+class EngineError(Failure, RuntimeError):
+    """An engine cannot do what was asked (bad weights, dead engine, bad options): exit 1."""
 
 
 @dataclass(frozen=True)

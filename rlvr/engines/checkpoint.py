@@ -21,11 +21,13 @@ import os
 import re
 from collections.abc import Callable
 
+from rlvr.errors import UsageError
+
 INDEX = "model.safetensors.index.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UsageError, ValueError):
     """A model folder that cannot be loaded; the message says how to fix it."""
 
 

@@ -166,7 +166,7 @@ class TrainConfig:
 
 def check(cfg: TrainConfig) -> list[str]:
     """Validate cross-field constraints; return warnings (raise ConfigError on errors)."""
-    from rlvr.cli import ConfigError
+    from rlvr.errors import ConfigError
     from rlvr.grpo import LOSS_TYPES
 
     t, r = cfg.train, cfg.rollout

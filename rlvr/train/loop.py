@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rlvr.cli import Failure
+from rlvr.errors import Failure
+from rlvr.messages import say
 from rlvr.runs import (Traces, checkpoint_dir, commit_checkpoint, end_manifest, init_run_dir, latest_checkpoint,
                        prune_checkpoints, tmp_checkpoint_dir, truncate_traces, update_manifest)
 from rlvr.train.config import TrainConfig
@@ -33,7 +34,7 @@ GT_FIELDS = ("answer", "tests", "test_setup", "test", "entry_point", "prefix", "
 
 
 def log(msg: str) -> None:
-    print(f"rlvr-train: {msg}", file=sys.stderr, flush=True)
+    say(msg)  # "rlvr-train: msg", named by rlvr.cli.run
 
 
 @dataclass
