@@ -6,8 +6,8 @@
     print(results_table("evals", "markdown"))
 
 One evaluation composes the same three homes the commands use: rlvr.data.load_records
-(prompts), rlvr.engines.rollout (generation, resumable completions.jsonl) and
-rlvr.verifiers.pool.VerifierPool (results.jsonl), then rlvr.verifiers.summary and
+(prompts), rlvr.rollout (generation, resumable completions.jsonl) and
+rlvr.verification.pool.VerifierPool (results.jsonl), then rlvr.verification.summary and
 rlvr.passk for summary.json and pass_at_k.json. Canonical settings (BENCHMARKS, CANONICAL)
 are fixed so numbers from different runs compare; docs/rollout.md lists them.
 
@@ -111,7 +111,7 @@ def is_done(out_dir: str) -> bool:
 
 def _settings(ckpt: str, bench: str, opts: EvalOptions):
     from rlvr.engines import EngineOptions, Sampling
-    from rlvr.engines.rollout import RolloutSettings
+    from rlvr.rollout import RolloutSettings
 
     b = BENCHMARKS[bench]
     n = opts.pass_at_k or 1
@@ -137,7 +137,7 @@ def evaluate_checkpoint(ckpt: str, out: str, benchmarks: Sequence[str], opts: Ev
     """Evaluate one checkpoint on each benchmark with one engine; returns {benchmark: summary}.
     Benchmarks already done (summary.json present) are skipped and their summary returned.
     subdirs (default: with several benchmarks) puts each in OUT/<benchmark>/."""
-    from rlvr.engines.rollout import build_engine
+    from rlvr.rollout import build_engine
 
     if subdirs is None:
         subdirs = len(benchmarks) > 1
@@ -160,10 +160,10 @@ def evaluate_checkpoint(ckpt: str, out: str, benchmarks: Sequence[str], opts: Ev
 def evaluate_one(ckpt: str, out: str, bench: str, opts: EvalOptions, records: list[dict], engine,
                  warn: Callable[[str], None] | None = None) -> dict:
     """Rollout (resumable) -> verify -> summary.json [+ pass_at_k.json] in `out`."""
-    from rlvr.engines.rollout import run_to_file
+    from rlvr.rollout import run_to_file
     from rlvr.records import read_records
-    from rlvr.verifiers.pool import VerifierPool
-    from rlvr.verifiers.summary import summarize
+    from rlvr.verification.pool import VerifierPool
+    from rlvr.verification.summary import summarize
 
     os.makedirs(out, exist_ok=True)
     settings = _settings(ckpt, bench, opts)

@@ -8,7 +8,7 @@ import pytest
 
 from helpers import REPO
 from rlvr.cli import ConfigError
-from rlvr.config import load_config, parse_set, to_yaml
+from rlvr.config_loader import load_config, parse_set, to_yaml
 from rlvr.train.config import TrainConfig, check
 
 CONFIGS = os.path.join(REPO, "configs")

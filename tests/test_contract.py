@@ -160,7 +160,7 @@ def test_library_never_imports_click_or_the_cli():
 def test_library_errors_carry_their_exit_codes():
     from rlvr import errors, gpu
     from rlvr.engines import CheckpointError, EngineError
-    from rlvr.engines.rollout import PromptError
+    from rlvr.rollout import PromptError
     from rlvr.records import InputFileError, RecordError
 
     assert EngineError("x").exit_code == errors.EXIT_FAILURE

@@ -18,7 +18,7 @@ import pytest
 
 from helpers import REPO, invoke, jsonl
 from rlvr.engines import EngineOptions, Sampling
-from rlvr.engines.rollout import RolloutSettings, run, run_to_file, select
+from rlvr.rollout import RolloutSettings, run, run_to_file, select
 from rlvr.records import RecordWriter
 
 WORDS = "what is seven plus the answer count apples how many people write code".split()

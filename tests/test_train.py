@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from helpers import REPO, invoke
-from rlvr.config import load_config, to_yaml
+from rlvr.config_loader import load_config, to_yaml
 from rlvr.runs import latest_checkpoint
 from rlvr.train.config import TrainConfig
 from rlvr.train.loop import train

@@ -18,9 +18,9 @@ import pytest
 
 from helpers import invoke, jsonl
 from rlvr.verifiers import MODULES
-from rlvr.verifiers.pool import VerifierPool, normalize_config
-from rlvr.verifiers.rewards import RewardTable, parse_table_spec
-from rlvr.verifiers.summary import format_text, summarize
+from rlvr.verification.pool import VerifierPool, normalize_config
+from rlvr.verification.rewards import RewardTable, parse_table_spec
+from rlvr.verification.summary import format_text, summarize
 
 PROBE = '''
 """Test-only verifier: the completion is the command."""

@@ -123,7 +123,7 @@ def cmd(paths, benchmarks, gpu, gpus, pass_at_k, pattern, interval, once, idle_e
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     elif gpus is not None:
         opts.gpus = ev.pick_devices(None, gpus, warn)
-    from rlvr.engines.rollout import record_stdout
+    from rlvr.rollout import record_stdout
 
     with record_stdout() as out:  # engine processes cannot write into the JSON lines
         try:

@@ -1,4 +1,4 @@
-"""rlvr-rollout: sample completions for prompt records (see rlvr.engines.rollout)."""
+"""rlvr-rollout: sample completions for prompt records (see rlvr.rollout)."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def cmd(files, keep_going, model, engine, n, temperature, top_p, top_k, max_toke
         logprobs, logprobs_mode, token_ids, dtype, tp, gpu_memory_utilization, max_model_len, max_prompt_len,
         kv_cache_gib, tokenizer, output, shard, shuffle, gpus, progress):
     from rlvr.engines import EngineOptions, Sampling
-    from rlvr.engines.rollout import RolloutSettings, read_prompts, record_stdout, run as rollout, run_to_file, select
+    from rlvr.rollout import RolloutSettings, read_prompts, record_stdout, run as rollout, run_to_file, select
 
     try:
         settings = RolloutSettings(

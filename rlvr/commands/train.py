@@ -49,7 +49,7 @@ rlvr-train configs/tiny-cpu.yaml --print-config                 # the resolved c
 @click.option("--ray-address", envvar="RAY_ADDRESS", help="Join an existing Ray cluster (e.g. auto).")
 @click.option("--print-config", is_flag=True, help="Print the resolved config as YAML and exit.")
 def cmd(config, sets, resume_dir, run_dir, ray_address, print_config):
-    from rlvr.config import load_config, to_yaml
+    from rlvr.config_loader import load_config, to_yaml
     from rlvr.runs import new_run_dir
     from rlvr.train.config import TrainConfig, check
 

@@ -1,4 +1,4 @@
-"""rlvr-verify: add rewards and verdicts to records with completions (see rlvr.verifiers.pool)."""
+"""rlvr-verify: add rewards and verdicts to records with completions (see rlvr.verification.pool)."""
 
 from __future__ import annotations
 
@@ -111,9 +111,9 @@ class _Command(click.Command):
               help="Address-space limit per worker process (0: none).")
 @progress_option
 def cmd(files, keep_going, verifier, jobs, timeout, reward_table, reward_mode, sets, summary, memory_limit, progress):
-    from rlvr.verifiers.pool import VerifierPool, WorkerStartError
-    from rlvr.verifiers.rewards import RewardTable
-    from rlvr.verifiers.summary import Summary, format_text
+    from rlvr.verification.pool import VerifierPool, WorkerStartError
+    from rlvr.verification.rewards import RewardTable
+    from rlvr.verification.summary import Summary, format_text
 
     if summary and summary != "-":
         check_output_file(summary, "--summary")

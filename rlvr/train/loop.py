@@ -201,7 +201,7 @@ class Run:
             self._sync(start_step, wait=True)
         uploader = self._uploader()
         traces = Traces(self.run_dir)
-        from rlvr.verifiers.pool import VerifierPool
+        from rlvr.verification.pool import VerifierPool
 
         vcfg = cfg.verify
         pool = VerifierPool(jobs=vcfg.jobs, timeout=vcfg.timeout, config=dict(vcfg.verifier_config),
