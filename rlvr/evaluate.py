@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 
 import orjson
 
-from rlvr.records import atomic_write
+from rlvr.records import atomic_write, dumps, write_json
 
 IF_METRICS = ("prompt_level_strict_acc", "inst_level_strict_acc", "prompt_level_loose_acc", "inst_level_loose_acc")
 
@@ -174,7 +174,7 @@ def evaluate_one(ckpt: str, out: str, bench: str, opts: EvalOptions, records: li
     done = list(read_records([comp]))
     with VerifierPool(jobs=opts.verify_jobs) as pool:
         verified = list(pool.verify_records(done))
-    atomic_write(os.path.join(out, "results.jsonl"), b"".join(orjson.dumps(r) + b"\n" for r in verified))
+    atomic_write(os.path.join(out, "results.jsonl"), b"".join(dumps(r) for r in verified))
     t2 = time.monotonic()
     verify = summarize(verified)["all"]
     b = BENCHMARKS[bench]
@@ -191,16 +191,12 @@ def evaluate_one(ckpt: str, out: str, bench: str, opts: EvalOptions, records: li
         "verify": verify, "seconds": {"rollout": round(t1 - t0, 3), "verify": round(t2 - t1, 3)},
     }
     if opts.pass_at_k:
-        from rlvr.passk import PassAtK
+        from rlvr.passk import records_pass_at_k
 
-        acc = PassAtK()
-        for r in verified:
-            if r.get("rewards"):
-                acc.add(r.get("dataset") or bench, len(r["rewards"]), sum(1 for x in r["rewards"] if x >= 1.0))
-        table = acc.summary()
-        atomic_write(os.path.join(out, "pass_at_k.json"), orjson.dumps(table, option=orjson.OPT_INDENT_2) + b"\n")
+        table = records_pass_at_k(verified, default_dataset=bench)
+        write_json(os.path.join(out, "pass_at_k.json"), table)
         summary["metrics"].update({f"pass@{k}": table[f"pass@{k}"] for k in table["k"]})
-    atomic_write(os.path.join(out, "summary.json"), orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")
+    write_json(os.path.join(out, "summary.json"), summary)
     return summary
 
 

@@ -6,8 +6,8 @@ import os
 import sys
 
 import click
-import orjson
 
+from rlvr import records
 from rlvr.cli import (ConfigError, Failure, RlvrError, check_output_dir, parse_shard, run, say, warn,
                       with_examples)
 
@@ -135,8 +135,8 @@ def cmd(paths, benchmarks, gpu, gpus, pass_at_k, pattern, interval, once, idle_e
         try:
             for b in benchmarks:
                 s = results[b]
-                out.write(orjson.dumps({"checkpoint": s["checkpoint"], "benchmark": b, "mode": s["mode"],
-                                        "metrics": s["metrics"], "records": s["records"]}) + b"\n")
+                out.write(records.dumps({"checkpoint": s["checkpoint"], "benchmark": b, "mode": s["mode"],
+                                         "metrics": s["metrics"], "records": s["records"]}))
                 out.flush()
         except BrokenPipeError:  # `| head`: end quietly (click would turn EPIPE into exit 1)
             raise click.exceptions.Exit(0) from None

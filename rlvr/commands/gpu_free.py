@@ -6,9 +6,9 @@ import sys
 import textwrap
 
 import click
-import orjson
 
 from rlvr import gpu, messages
+from rlvr.records import dumps
 from rlvr.cli import Failure, run, warn, with_examples
 
 HELP = with_examples(
@@ -132,7 +132,7 @@ def _find(query, count, wait, timeout, fmt, uuid, say):
 def _show(states, chosen, fmt, uuid):
     if fmt == "json":
         for g in states:
-            sys.stdout.buffer.write(orjson.dumps(g.to_record()) + b"\n")
+            sys.stdout.buffer.write(dumps(g.to_record()))
     elif fmt == "table":
         sys.stdout.write(gpu.format_table(states, chosen))
     elif chosen:
@@ -146,7 +146,7 @@ def _kill(mon, states, yes, grace, fmt):
         mon.kill(plan, grace, log=messages.say)
     for it in plan:
         if fmt == "json":
-            sys.stdout.buffer.write(orjson.dumps(it.to_record()) + b"\n")
+            sys.stdout.buffer.write(dumps(it.to_record()))
         else:
             sys.stdout.write(gpu.format_kill(it, done=yes) + "\n")
     sys.stdout.flush()

@@ -5,11 +5,10 @@ from __future__ import annotations
 import sys
 
 import click
-import orjson
 
 from rlvr.cli import ConfigError, Failure, check_output_file, input_options, progress_option, run, warn, with_examples
 from rlvr.cli import progress as progress_bar
-from rlvr.records import RecordWriter, atomic_write, read_records
+from rlvr.records import RecordWriter, read_records, write_json
 from rlvr.verifiers import MODULES
 
 HELP = with_examples(
@@ -149,7 +148,7 @@ def cmd(files, keep_going, verifier, jobs, timeout, reward_table, reward_mode, s
         if summary == "-":
             click.echo(format_text(result), err=True, nl=False)
         else:
-            atomic_write(summary, orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+            write_json(summary, result)
 
 
 main = run(cmd)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rlvr.engines.base import prompt_seed
 from rlvr.errors import Failure
 from rlvr.messages import say
 from rlvr.runs import (Traces, checkpoint_dir, commit_checkpoint, end_manifest, init_run_dir, latest_checkpoint,
@@ -51,12 +52,6 @@ def prompt_token_ids(tokenizer, prompt) -> list[int]:
     from rlvr.engines.base import encode_prompt
 
     return encode_prompt(tokenizer, prompt, chat_template=False)
-
-
-def sample_seed(base: int, rid: str, epoch: int) -> int:
-    import zlib
-
-    return (base * 1_000_003 + zlib.crc32(f"{rid}#{epoch}".encode())) % (2**31 - 1)
 
 
 class Run:
@@ -263,7 +258,7 @@ class Run:
         ids = [prompt_token_ids(self.tokenizer, rec["prompt"]) for rec, _ in items]
         for (rec, _), x in zip(items, ids):
             self._prompt_ids[rec["id"]] = x  # reused when the batch is built: tokenise once
-        seeds = [sample_seed(self.cfg.rollout.seed, rec["id"], ep) for rec, ep in items]
+        seeds = [prompt_seed(self.cfg.rollout.seed, rec["id"], ep) for rec, ep in items]
         ref = self.engines[e].generate.remote(ids, self._sampling(), seeds)
         return Chunk(e, ref, items, time.monotonic(), self.engines[e])
 
@@ -486,9 +481,9 @@ class Run:
                                    "reward": v["rewards"][0] if v["rewards"] else None,
                                    "verdict": v["verdicts"][0] if v.get("verdicts") else None})
             if cfg.log.stdout:
-                import orjson
+                from rlvr.records import dumps
 
-                sys.stdout.buffer.write(orjson.dumps(metrics) + b"\n")
+                sys.stdout.buffer.write(dumps(metrics))
                 sys.stdout.flush()
             done = version - start_step
             eta = (time.monotonic() - t_start) / done * (total - version) if done else 0
