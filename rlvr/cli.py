@@ -36,7 +36,7 @@ from rlvr.errors import (  # noqa: F401 - re-exported: commands name them throug
     RlvrError,
     UsageError,
 )
-from rlvr.messages import program, say, set_program, warn  # noqa: F401 - re-exported for commands
+from rlvr.messages import end, program, say, set_program, warn  # noqa: F401 - re-exported for commands
 from rlvr.progress import progress  # noqa: F401 - re-exported: the one progress helper
 
 
@@ -141,6 +141,7 @@ def run(cmd: click.Command, prog: str | None = None) -> Callable[..., None]:
                 raise
             err(prog, f"error: {type(e).__name__}: {e} (set RLVR_DEBUG=1 for a traceback)")
             code = EXIT_FAILURE
+        end()  # at_end hooks, after the last message (e.g. rlvr-train's copy of stderr)
         try:
             sys.stdout.flush()
         except BrokenPipeError:

@@ -200,11 +200,19 @@ def tmp_checkpoint_dir(run_dir: str, step: int) -> str:
     return d
 
 
-def prune_checkpoints(run_dir: str, keep_last: int | None) -> None:
+def checkpoints_to_prune(steps: list[int], keep_last: int | None, keep_every: int | None = None) -> list[int]:
+    """The steps (oldest first) that checkpoint.keep_last/keep_every let go: all but the
+    newest keep_last, except multiples of keep_every. keep_last None keeps everything."""
     if not keep_last:
-        return
-    for _, path in list_checkpoints(run_dir)[:-keep_last]:
-        shutil.rmtree(path, ignore_errors=True)
+        return []
+    old = sorted(steps)[:-keep_last]
+    return [s for s in old if not (keep_every and s % keep_every == 0)]
+
+
+def prune_checkpoints(run_dir: str, keep_last: int | None, keep_every: int | None = None) -> None:
+    cks = dict(list_checkpoints(run_dir))
+    for step in checkpoints_to_prune(list(cks), keep_last, keep_every):
+        shutil.rmtree(cks[step], ignore_errors=True)
 
 
 class Traces:

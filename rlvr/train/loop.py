@@ -96,6 +96,9 @@ class Run:
         if self.cfg.ray.address:
             ray.init(address=self.cfg.ray.address, **kw)
         else:
+            if self.cfg.ray.temp_dir:  # e.g. NVMe when / is small; Ray wants an absolute path
+                os.makedirs(self.cfg.ray.temp_dir, exist_ok=True)
+                kw["_temp_dir"] = os.path.abspath(self.cfg.ray.temp_dir)
             ray.init(num_cpus=self.cfg.ray.num_cpus or os.cpu_count(), **kw)
 
     def _has_gpus(self) -> bool:
@@ -524,7 +527,7 @@ class Run:
                            f"saving checkpoint {step}")
         final = checkpoint_dir(self.run_dir, step)
         commit_checkpoint(tmp, final)
-        prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last)
+        prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last, self.cfg.checkpoint.keep_every)
         log(f"checkpoint {final} ({time.monotonic() - t0:.1f}s)")
         if uploader is not None:
             uploader.submit(os.path.abspath(self.run_dir))  # off this thread; unchanged files are skipped
