@@ -8,9 +8,11 @@ A command module defines a click command and exports ``main = run(cmd)``:
     main = run(cmd)
 
 ``run`` names the program after the command's entry in rlvr.commands.COMMANDS (so that
-warnings and errors say ``rlvr-passk: ...`` without a literal in each module), turns exceptions into one-line messages (``rlvr-passk: error: FILE:LINE: ...``)
-and the documented exit codes, ends quietly when stdout is closed (``| head``), and
-exits 130 on Ctrl-C. Set RLVR_DEBUG=1 to see tracebacks.
+warnings and errors say ``rlvr-passk: ...`` without a literal in each module), turns
+exceptions into one-line messages (``rlvr-passk: error: FILE:LINE: ...``) and the
+documented exit codes (rlvr.errors: the library raises only those, never click's), ends
+quietly when stdout is closed (``| head``), and exits 130 on Ctrl-C. Set RLVR_DEBUG=1 to
+see tracebacks.
 """
 
 from __future__ import annotations
@@ -104,43 +106,47 @@ def run(cmd: click.Command, prog: str | None = None) -> Callable[..., None]:
         signal.signal(signal.SIGTERM, _sigterm)
         code = EXIT_OK
         try:
-            # make_context + invoke rather than cmd.main: click's main turns a broken pipe
-            # into exit 1, where `| head` must end quietly with 0.
-            args = list(sys.argv[1:] if argv is None else argv)
-            with cmd.make_context(prog, args) as ctx:
-                cmd.invoke(ctx)
-        except click.exceptions.Exit as e:
-            code = e.exit_code
-        except click.Abort:
-            err(prog, "interrupted")
-            code = EXIT_INTERRUPTED
-        except click.UsageError as e:
-            if e.ctx is not None:
-                click.echo(e.ctx.get_usage(), err=True)
-                click.echo(f"Try '{prog} --help' for help.", err=True)
-            err(prog, f"error: {e.format_message()}")
-            code = EXIT_USAGE
-        except click.ClickException as e:
-            if debug:
-                raise
-            err(prog, f"error: {e.format_message()}")
-            code = e.exit_code
-        except RlvrError as e:  # every library error: UsageError 2, BadInput 3, Failure 1 (or its own code)
-            if debug:
-                raise
-            err(prog, f"error: {e}")
-            code = e.exit_code
-        except KeyboardInterrupt:
-            err(prog, "interrupted")
-            code = EXIT_INTERRUPTED
-        except BrokenPipeError:
-            _quiet_stdout()
-            code = EXIT_OK
-        except Exception as e:  # noqa: BLE001 - the one place that turns crashes into one line
-            if debug:
-                raise
-            err(prog, f"error: {type(e).__name__}: {e} (set RLVR_DEBUG=1 for a traceback)")
-            code = EXIT_FAILURE
+            try:
+                # make_context + invoke rather than cmd.main: click's main turns a broken pipe
+                # into exit 1, where `| head` must end quietly with 0.
+                args = list(sys.argv[1:] if argv is None else argv)
+                with cmd.make_context(prog, args) as ctx:
+                    cmd.invoke(ctx)
+            except click.exceptions.Exit as e:
+                code = e.exit_code
+            except click.Abort:
+                err(prog, "interrupted")
+                code = EXIT_INTERRUPTED
+            except click.UsageError as e:
+                if e.ctx is not None:
+                    click.echo(e.ctx.get_usage(), err=True)
+                    click.echo(f"Try '{prog} --help' for help.", err=True)
+                err(prog, f"error: {e.format_message()}")
+                code = EXIT_USAGE
+            except click.ClickException as e:
+                if debug:
+                    raise
+                err(prog, f"error: {e.format_message()}")
+                code = e.exit_code
+            except RlvrError as e:  # every library error: UsageError 2, BadInput 3, Failure 1 (or its own code)
+                if debug:
+                    raise
+                err(prog, f"error: {e}")
+                code = e.exit_code
+            except KeyboardInterrupt:
+                err(prog, "interrupted")
+                code = EXIT_INTERRUPTED
+            except BrokenPipeError:
+                _quiet_stdout()
+                code = EXIT_OK
+            except Exception as e:  # noqa: BLE001 - the one place that turns crashes into one line
+                if debug:
+                    raise
+                err(prog, f"error: {type(e).__name__}: {e} (set RLVR_DEBUG=1 for a traceback)")
+                code = EXIT_FAILURE
+        except BaseException:  # RLVR_DEBUG=1 re-raised: the at_end hooks still run
+            end()
+            raise
         end()  # at_end hooks, after the last message (e.g. rlvr-train's copy of stderr)
         try:
             sys.stdout.flush()
