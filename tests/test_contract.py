@@ -183,3 +183,18 @@ def test_program_name_comes_from_run(tmp_path):
         mod = __import__(c["module"], fromlist=["cmd"])
         assert command_name(mod.cmd) == name
         assert mod.main.prog == name
+
+
+def test_one_progress_helper_writes_to_stderr_only(capsys):
+    from rlvr import cli
+    from rlvr.progress import Progress, progress
+
+    assert cli.progress is progress
+    assert list(progress(range(3), "x", enabled=False)) == [0, 1, 2]
+    assert capsys.readouterr().err == ""
+    assert list(progress(iter(range(3)), "items", total=3, enabled=True)) == [0, 1, 2]
+    with Progress(4, "rollout", True, unit="prompt", rate_unit="tok/s") as bar:
+        bar.update(1, extra=10)
+        bar(3)
+    out = capsys.readouterr()
+    assert out.out == "" and "items" in out.err and "3/3" in out.err and "4/4" in out.err and "tok/s" in out.err
