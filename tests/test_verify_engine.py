@@ -403,8 +403,9 @@ def test_cli_verifier_shorthands():
     assert [v["verifier"] for v in r.records()[0]["verdicts"]] == ["math"] * 3
     assert r.records()[0]["rewards"] == [1.0, 0.0, 0.0]
     from rlvr.commands.verify import SHORTHANDS, cmd
+    from rlvr.records import VERIFIERS
 
-    assert set(SHORTHANDS) == set(MODULES)
+    assert set(SHORTHANDS) == set(VERIFIERS)
     for name, flag in SHORTHANDS.items():
         assert cmd.make_context("rlvr-verify", [flag]).params["verifier"] == name
     assert cmd.make_context("rlvr-verify", ["--math", "--verifier", "math"]).params["verifier"] == "math"
