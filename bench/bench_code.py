@@ -230,7 +230,7 @@ def main() -> None:
     desc = sb.describe()
     server_start = time.perf_counter() - t0
 
-    from rlvr.verifiers.pool import VerifierPool
+    from rlvr.verification.pool import VerifierPool
 
     pools = {}
     for j in (1, 2):

@@ -42,7 +42,7 @@ DATA = os.path.join(ROOT, "tests", "data", "math")
 TICK = os.sysconf("SC_CLK_TCK")
 
 from rlvr.verifiers import math as vm  # noqa: E402
-from rlvr.verifiers.pool import VerifierPool  # noqa: E402
+from rlvr.verification.pool import VerifierPool  # noqa: E402
 
 
 def load() -> list[dict]:

@@ -70,7 +70,7 @@ def main() -> None:
     from vllm import SamplingParams
 
     from rlvr.engines import EngineOptions, Sampling, create, prompt_seed
-    from rlvr.engines.rollout import RolloutSettings, read_prompts, run
+    from rlvr.rollout import RolloutSettings, read_prompts, run
     from rlvr.records import RecordWriter
 
     tmp = tempfile.mkdtemp(prefix="bench-rollout-")

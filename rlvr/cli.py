@@ -5,11 +5,14 @@ A command module defines a click command and exports ``main = run(cmd)``:
     @click.command(...)
     @input_options
     def cmd(files, keep_going, ...): ...
-    main = run(cmd, "rlvr-passk")
+    main = run(cmd)
 
-``run`` turns exceptions into one-line messages (``rlvr-passk: error: FILE:LINE: ...``)
-and the documented exit codes, ends quietly when stdout is closed (``| head``), and
-exits 130 on Ctrl-C. Set RLVR_DEBUG=1 to see tracebacks.
+``run`` names the program after the command's entry in rlvr.commands.COMMANDS (so that
+warnings and errors say ``rlvr-passk: ...`` without a literal in each module), turns
+exceptions into one-line messages (``rlvr-passk: error: FILE:LINE: ...``) and the
+documented exit codes (rlvr.errors: the library raises only those, never click's), ends
+quietly when stdout is closed (``| head``), and exits 130 on Ctrl-C. Set RLVR_DEBUG=1 to
+see tracebacks.
 """
 
 from __future__ import annotations
@@ -17,12 +20,10 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 import click
-
-from rlvr.records import InputFileError, RecordError
 
 from rlvr.errors import (  # noqa: F401 - re-exported: commands name them through rlvr.cli
     EXIT_BAD_INPUT,
@@ -37,8 +38,8 @@ from rlvr.errors import (  # noqa: F401 - re-exported: commands name them throug
     RlvrError,
     UsageError,
 )
-
-T = TypeVar("T")
+from rlvr.messages import end, program, say, set_program, warn  # noqa: F401 - re-exported for commands
+from rlvr.progress import progress  # noqa: F401 - re-exported: the one progress helper
 
 
 def check_output_file(path: str, option: str) -> None:
@@ -63,11 +64,6 @@ def err(prog: str, message: str) -> None:
     click.echo(f"{prog}: {message}", err=True)
 
 
-def warn(message: str, prog: str | None = None) -> None:
-    prog = prog or os.path.basename(sys.argv[0]) or "rlvr"
-    click.echo(f"{prog}: warning: {message}", err=True)
-
-
 def _quiet_stdout() -> None:
     # stdout's reader went away: point fd 1 at /dev/null so the final flush is silent.
     try:
@@ -81,10 +77,28 @@ def _sigterm(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def run(cmd: click.Command, prog: str) -> Callable[..., None]:
-    """Wrap a click command into a console-script entry point with rlvr's error contract."""
+def command_name(cmd: click.Command) -> str:
+    """The program name of a command module's click command, from rlvr.commands.COMMANDS."""
+    from rlvr.commands import COMMANDS
+
+    module = getattr(cmd.callback, "__module__", None) or ""
+    spec = getattr(sys.modules.get(module), "__spec__", None)
+    module = spec.name if spec is not None and module == "__main__" else module  # python -m rlvr.commands.X
+    for name, entry in COMMANDS.items():
+        if entry["module"] == module:
+            return name
+    return cmd.name or os.path.basename(sys.argv[0]) or "rlvr"
+
+
+def run(cmd: click.Command, prog: str | None = None) -> Callable[..., None]:
+    """Wrap a click command into a console-script entry point with rlvr's error contract.
+
+    prog: the program name; by default the command's name in rlvr.commands.COMMANDS.
+    """
+    prog = prog or command_name(cmd)
 
     def main(argv: list[str] | None = None) -> None:
+        set_program(prog)
         debug = bool(os.environ.get("RLVR_DEBUG"))
         if sys.stdout is None:  # started with stdout closed (`>&-`)
             click.echo(f"{prog}: error: standard output is closed", err=True)
@@ -92,53 +106,48 @@ def run(cmd: click.Command, prog: str) -> Callable[..., None]:
         signal.signal(signal.SIGTERM, _sigterm)
         code = EXIT_OK
         try:
-            # make_context + invoke rather than cmd.main: click's main turns a broken pipe
-            # into exit 1, where `| head` must end quietly with 0.
-            args = list(sys.argv[1:] if argv is None else argv)
-            with cmd.make_context(prog, args) as ctx:
-                cmd.invoke(ctx)
-        except click.exceptions.Exit as e:
-            code = e.exit_code
-        except click.Abort:
-            err(prog, "interrupted")
-            code = EXIT_INTERRUPTED
-        except click.UsageError as e:
-            if e.ctx is not None:
-                click.echo(e.ctx.get_usage(), err=True)
-                click.echo(f"Try '{prog} --help' for help.", err=True)
-            err(prog, f"error: {e.format_message()}")
-            code = EXIT_USAGE
-        except click.ClickException as e:
-            if debug:
-                raise
-            err(prog, f"error: {e.format_message()}")
-            code = e.exit_code
-        except RlvrError as e:
-            if debug:
-                raise
-            err(prog, f"error: {e}")
-            code = e.exit_code
-        except RecordError as e:
-            if debug:
-                raise
-            err(prog, f"error: {e}")
-            code = EXIT_BAD_INPUT
-        except InputFileError as e:
-            if debug:
-                raise
-            err(prog, f"error: {e}")
-            code = EXIT_FAILURE
-        except KeyboardInterrupt:
-            err(prog, "interrupted")
-            code = EXIT_INTERRUPTED
-        except BrokenPipeError:
-            _quiet_stdout()
-            code = EXIT_OK
-        except Exception as e:  # noqa: BLE001 - the one place that turns crashes into one line
-            if debug:
-                raise
-            err(prog, f"error: {type(e).__name__}: {e} (set RLVR_DEBUG=1 for a traceback)")
-            code = EXIT_FAILURE
+            try:
+                # make_context + invoke rather than cmd.main: click's main turns a broken pipe
+                # into exit 1, where `| head` must end quietly with 0.
+                args = list(sys.argv[1:] if argv is None else argv)
+                with cmd.make_context(prog, args) as ctx:
+                    cmd.invoke(ctx)
+            except click.exceptions.Exit as e:
+                code = e.exit_code
+            except click.Abort:
+                err(prog, "interrupted")
+                code = EXIT_INTERRUPTED
+            except click.UsageError as e:
+                if e.ctx is not None:
+                    click.echo(e.ctx.get_usage(), err=True)
+                    click.echo(f"Try '{prog} --help' for help.", err=True)
+                err(prog, f"error: {e.format_message()}")
+                code = EXIT_USAGE
+            except click.ClickException as e:
+                if debug:
+                    raise
+                err(prog, f"error: {e.format_message()}")
+                code = e.exit_code
+            except RlvrError as e:  # every library error: UsageError 2, BadInput 3, Failure 1 (or its own code)
+                if debug:
+                    raise
+                err(prog, f"error: {e}")
+                code = e.exit_code
+            except KeyboardInterrupt:
+                err(prog, "interrupted")
+                code = EXIT_INTERRUPTED
+            except BrokenPipeError:
+                _quiet_stdout()
+                code = EXIT_OK
+            except Exception as e:  # noqa: BLE001 - the one place that turns crashes into one line
+                if debug:
+                    raise
+                err(prog, f"error: {type(e).__name__}: {e} (set RLVR_DEBUG=1 for a traceback)")
+                code = EXIT_FAILURE
+        except BaseException:  # RLVR_DEBUG=1 re-raised: the at_end hooks still run
+            end()
+            raise
+        end()  # at_end hooks, after the last message (e.g. rlvr-train's copy of stderr)
         try:
             sys.stdout.flush()
         except BrokenPipeError:
@@ -169,24 +178,6 @@ def progress_option(f: Callable[..., Any]) -> Callable[..., Any]:
         default=None,
         help="Progress bar on stderr (default: on when stderr is a terminal).",
     )(f)
-
-
-def progress(iterable: Iterable[T], desc: str, total: int | None = None, enabled: bool | None = None,
-             unit: str = "rec") -> Iterator[T]:
-    """A progress bar on stderr (never stdout). enabled=None: only when stderr is a TTY."""
-    from tqdm import tqdm
-
-    if enabled is None:
-        enabled = sys.stderr.isatty()
-    if not enabled:
-        yield from iterable
-        return
-    bar = tqdm(iterable, desc=desc, total=total, unit=unit, file=sys.stderr, dynamic_ncols=True,
-               mininterval=0.5, leave=True)
-    try:
-        yield from bar
-    finally:
-        bar.close()
 
 
 def parse_shard(value: str | None) -> tuple[int, int] | None:

@@ -7,8 +7,8 @@ Sweeps over many checkpoints and GPUs (--jobs, --watch) are rlvr.eval.jobs; resu
 tables are rlvr.eval.table.
 
 One evaluation composes the same three homes the commands use: rlvr.data.load_records
-(prompts), rlvr.engines.rollout (generation, resumable completions.jsonl) and
-rlvr.verifiers.pool.VerifierPool (results.jsonl), then rlvr.verifiers.summary and
+(prompts), rlvr.rollout (generation, resumable completions.jsonl) and
+rlvr.verification.pool.VerifierPool (results.jsonl), then rlvr.verification.summary and
 rlvr.passk for summary.json and pass_at_k.json. Canonical settings (BENCHMARKS, CANONICAL)
 are fixed so numbers from different runs compare; docs/rollout.md lists them.
 
@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 
 import orjson
 
-from rlvr.records import atomic_write
+from rlvr.records import atomic_write, dumps, write_json
 
 IF_METRICS = ("prompt_level_strict_acc", "inst_level_strict_acc", "prompt_level_loose_acc", "inst_level_loose_acc")
 
@@ -88,7 +88,7 @@ def is_done(out_dir: str) -> bool:
 
 def _settings(ckpt: str, bench: str, opts: EvalOptions):
     from rlvr.engines import EngineOptions, Sampling
-    from rlvr.engines.rollout import RolloutSettings
+    from rlvr.rollout import RolloutSettings
 
     b = BENCHMARKS[bench]
     n = opts.pass_at_k or 1
@@ -114,7 +114,7 @@ def evaluate_checkpoint(ckpt: str, out: str, benchmarks: Sequence[str], opts: Ev
     """Evaluate one checkpoint on each benchmark with one engine; returns {benchmark: summary}.
     Benchmarks already done (summary.json present) are skipped and their summary returned.
     subdirs (default: with several benchmarks) puts each in OUT/<benchmark>/."""
-    from rlvr.engines.rollout import build_engine
+    from rlvr.rollout import build_engine
 
     if subdirs is None:
         subdirs = len(benchmarks) > 1
@@ -137,10 +137,10 @@ def evaluate_checkpoint(ckpt: str, out: str, benchmarks: Sequence[str], opts: Ev
 def evaluate_one(ckpt: str, out: str, bench: str, opts: EvalOptions, records: list[dict], engine,
                  warn: Callable[[str], None] | None = None) -> dict:
     """Rollout (resumable) -> verify -> summary.json [+ pass_at_k.json] in `out`."""
-    from rlvr.engines.rollout import run_to_file
+    from rlvr.rollout import run_to_file
     from rlvr.records import read_records
-    from rlvr.verifiers.pool import VerifierPool
-    from rlvr.verifiers.summary import summarize
+    from rlvr.verification.pool import VerifierPool
+    from rlvr.verification.summary import summarize
 
     os.makedirs(out, exist_ok=True)
     settings = _settings(ckpt, bench, opts)
@@ -151,7 +151,7 @@ def evaluate_one(ckpt: str, out: str, bench: str, opts: EvalOptions, records: li
     done = list(read_records([comp]))
     with VerifierPool(jobs=opts.verify_jobs) as pool:
         verified = list(pool.verify_records(done))
-    atomic_write(os.path.join(out, "results.jsonl"), b"".join(orjson.dumps(r) + b"\n" for r in verified))
+    atomic_write(os.path.join(out, "results.jsonl"), b"".join(dumps(r) for r in verified))
     t2 = time.monotonic()
     verify = summarize(verified)["all"]
     b = BENCHMARKS[bench]
@@ -168,16 +168,12 @@ def evaluate_one(ckpt: str, out: str, bench: str, opts: EvalOptions, records: li
         "verify": verify, "seconds": {"rollout": round(t1 - t0, 3), "verify": round(t2 - t1, 3)},
     }
     if opts.pass_at_k:
-        from rlvr.passk import PassAtK
+        from rlvr.passk import records_pass_at_k
 
-        acc = PassAtK()
-        for r in verified:
-            if r.get("rewards"):
-                acc.add(r.get("dataset") or bench, len(r["rewards"]), sum(1 for x in r["rewards"] if x >= 1.0))
-        table = acc.summary()
-        atomic_write(os.path.join(out, "pass_at_k.json"), orjson.dumps(table, option=orjson.OPT_INDENT_2) + b"\n")
+        table = records_pass_at_k(verified, default_dataset=bench)
+        write_json(os.path.join(out, "pass_at_k.json"), table)
         summary["metrics"].update({f"pass@{k}": table[f"pass@{k}"] for k in table["k"]})
-    atomic_write(os.path.join(out, "summary.json"), orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")
+    write_json(os.path.join(out, "summary.json"), summary)
     return summary
 
 

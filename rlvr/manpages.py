@@ -16,6 +16,7 @@ import click
 from rlvr import __version__
 from rlvr.cli import EXIT_CODES
 from rlvr.commands import COMMANDS, load
+from rlvr.records import atomic_write
 
 
 def _esc(text: str) -> str:
@@ -103,9 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             if check:
                 stale.append(path)
             else:
-                os.makedirs(outdir, exist_ok=True)
-                with open(path, "w") as fh:
-                    fh.write(page)
+                atomic_write(path, page.encode())
     if stale:
         print(f"stale man pages (run `make man`): {', '.join(stale)}", file=sys.stderr)
         return 1

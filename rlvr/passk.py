@@ -3,7 +3,8 @@
 pass@k for one prompt with n samples of which c are correct is 1 - C(n-c, k) / C(n, k):
 the chance that k samples drawn without replacement contain a correct one. It is computed
 as 1 - prod_{i=n-c+1..n} (1 - k/i), which never forms a large binomial. Used by
-rlvr-passk, rlvr-eval and the training loop's eval metrics.
+rlvr-passk, rlvr-eval and the training loop's eval metrics; RecordsPassAtK is pass@k over
+verified records (threshold, repeated ids, error records, prompts without samples).
 """
 
 from __future__ import annotations
@@ -100,6 +101,78 @@ class PassAtK:
         out = {"k": ks, **total.result(ks)}
         out["per_dataset"] = {ds: acc.result(ks) for ds, acc in sorted(per.items())}
         return out
+
+
+class RecordsPassAtK:
+    """pass@k over verified records: the one implementation behind rlvr-passk and rlvr-eval.
+
+    ``add(rec)`` takes one record with ``rewards`` (a completion is correct when its reward
+    >= threshold) and returns its per-prompt row ({id, dataset, n, c, pass@k...}), the
+    record itself when it is an error record (--keep-going), or None for a repeated ``id``
+    (counted once). ``summary()`` is PassAtK's summary plus the threshold and the counts of
+    prompts with no samples, repeated ids and error records. Records without ``dataset``
+    count under ``default_dataset``.
+    """
+
+    def __init__(self, ks: list[int] | None = None, threshold: float = 1.0, default_dataset: str = "unknown"):
+        self.acc = PassAtK(ks)
+        self.threshold = threshold
+        self.default_dataset = default_dataset
+        self.seen: set = set()
+        self.duplicates = 0
+        self.errors = 0
+        self.no_samples: Counter = Counter()  # dataset -> prompts with no samples
+
+    def add(self, rec: dict) -> dict | None:
+        from rlvr.records import is_error_record
+
+        if is_error_record(rec):
+            self.errors += 1
+            return rec
+        rid = rec.get("id")
+        if rid is not None:
+            if rid in self.seen:
+                self.duplicates += 1
+                return None
+            self.seen.add(rid)
+        dataset = rec.get("dataset") or self.default_dataset
+        rewards = rec.get("rewards") or []
+        n = len(rewards)
+        if n == 0:  # nothing sampled (e.g. a prompt too long to generate for): counted, never in pass@k
+            self.no_samples[dataset] += 1
+            return {"id": rid, "dataset": rec.get("dataset"), "n": 0, "c": 0,
+                    **{f"pass@{k}": None for k in self.acc.fixed_ks or []}}
+        c = sum(1 for r in rewards if r >= self.threshold)
+        vals = self.acc.add(dataset, n, c)
+        return {"id": rid, "dataset": rec.get("dataset"), "n": n, "c": c, **vals}
+
+    @property
+    def empty(self) -> bool:
+        """No prompt counted (error records and repeats aside)."""
+        return not self.acc.rows and not self.no_samples
+
+    def summary(self) -> dict:
+        s = self.acc.summary()
+        s["threshold"] = self.threshold
+        if self.no_samples:
+            s["prompts_with_no_samples"] = sum(self.no_samples.values())
+            for ds, count in sorted(self.no_samples.items()):
+                s["per_dataset"].setdefault(ds, {"n_prompts": 0, "n_samples": 0})["prompts_with_no_samples"] = count
+            s["per_dataset"] = dict(sorted(s["per_dataset"].items()))
+        if self.duplicates:
+            s["duplicate_ids"] = self.duplicates
+        if self.errors:
+            s["error_records"] = self.errors
+        return s
+
+
+def records_pass_at_k(records, ks: list[int] | None = None, threshold: float = 1.0,
+                      default_dataset: str = "unknown") -> dict:
+    """The pass@k summary of verified records (see RecordsPassAtK)."""
+    acc = RecordsPassAtK(ks, threshold, default_dataset)
+    for rec in records:
+        acc.add(rec)
+    return acc.summary()
 
 
 def summary_table(summary: dict, fmt: str) -> str:

@@ -13,12 +13,12 @@ import os
 
 import orjson
 
-from rlvr.cli import Failure
-from rlvr.records import is_number
+from rlvr.errors import BadInput, Failure
+from rlvr.records import atomic_file, is_number
 
 
-def _bad_line(path: str, n: int, what: str, field: str | None = None) -> Failure:
-    return Failure(f"{path}:{n}: {what}" + (f" (field {field})" if field else ""), code=3)
+def _bad_line(path: str, n: int, what: str, field: str | None = None) -> BadInput:
+    return BadInput(f"{path}:{n}: {what}" + (f" (field {field})" if field else ""))
 
 
 def read_trace(run_dir: str, metric: str = "reward/mean") -> list[tuple[float, float, float]]:
@@ -97,7 +97,7 @@ def plot_runs(run_dirs: list[str], out: str, labels: list[str] | None = None, me
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    fig.savefig(out, dpi=120)
+    with atomic_file(out) as fh:  # a reader never sees half a picture
+        fig.savefig(fh, dpi=120, format=os.path.splitext(out)[1][1:].lower() or "png")
     plt.close(fig)
     return out

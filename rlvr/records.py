@@ -25,6 +25,8 @@ from typing import Any, BinaryIO
 
 import orjson
 
+from rlvr.errors import BadInput, Failure
+
 VERIFIERS = ("math", "code", "ifeval", "ifbench", "if_multi")
 STATUSES = ("correct", "wrong", "no_answer", "timeout", "error")
 
@@ -32,11 +34,11 @@ STATUSES = ("correct", "wrong", "no_answer", "timeout", "error")
 _MSG_ROLES = {"system", "user", "assistant", "tool", "developer"}
 
 
-class InputFileError(OSError):
+class InputFileError(Failure, OSError):
     """An input file that cannot be opened or read (missing, a folder, a broken .gz): exit 1."""
 
 
-class RecordError(ValueError):
+class RecordError(BadInput, ValueError):
     """A malformed input line: knows where it is and which field is wrong."""
 
     def __init__(self, message: str, path: str = "<stdin>", line: int = 0, field: str | None = None):
@@ -45,6 +47,7 @@ class RecordError(ValueError):
         self.line = line
         self.field = field
         super().__init__(str(self))
+        self.message = message  # RlvrError set it to the whole line
 
     def __str__(self) -> str:
         where = f"{self.path}:{self.line}: " if self.line else f"{self.path}: "
@@ -249,20 +252,31 @@ def loads(raw: bytes) -> Any:
         raise orjson.JSONDecodeError(e.msg, e.doc, e.pos) from None
 
 
-def to_json(obj: Any) -> bytes:
-    """Compact JSON bytes; integers beyond 64 bits (which orjson refuses) are written exactly."""
+def _plain(v: Any) -> Any:
+    if hasattr(v, "tolist"):  # numpy scalars and arrays
+        return v.tolist()
+    raise TypeError(f"Object of type {type(v).__name__} is not JSON serializable")
+
+
+def to_json(obj: Any, indent: bool = False) -> bytes:
+    """JSON bytes, compact (or indented by two spaces): rlvr's one JSON writer, for records,
+    summaries and manifests alike. Integers beyond 64 bits (which orjson refuses) are
+    written exactly; numpy values are written as numbers."""
+    option = orjson.OPT_SERIALIZE_NUMPY | (orjson.OPT_INDENT_2 if indent else 0)
     try:
-        return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY)
+        return orjson.dumps(obj, option=option)
     except TypeError as e:
         if "64-bit" not in str(e):
             raise
     import json
 
-    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    layout: dict[str, Any] = {"indent": 2} if indent else {"separators": (",", ":")}
+    layout["default"] = _plain  # numpy values, as orjson writes them
+    text = json.dumps(obj, ensure_ascii=False, **layout)
     try:
         return text.encode()
     except UnicodeEncodeError:  # a lone surrogate: escaped, so the line stays valid UTF-8
-        return json.dumps(obj, separators=(",", ":")).encode()
+        return json.dumps(obj, **layout).encode()
 
 
 def dumps(rec: dict) -> bytes:
@@ -320,7 +334,7 @@ def open_resumable(path: str) -> tuple[list[dict], BinaryIO]:
             if raw.endswith(b"\n"):
                 if raw.strip():
                     try:
-                        done.append(orjson.loads(raw))
+                        done.append(loads(raw))
                     except orjson.JSONDecodeError:
                         break  # corrupt middle: keep what precedes it
                 good_end = end
@@ -331,14 +345,17 @@ def open_resumable(path: str) -> tuple[list[dict], BinaryIO]:
     return done, open(path, "ab")
 
 
-def atomic_write(path: str, data: bytes) -> None:
-    """Write a whole file atomically: temp file in the same folder, fsync, rename."""
+@contextlib.contextmanager
+def atomic_file(path: str) -> Iterator[BinaryIO]:
+    """A binary file handle whose content appears at `path` only when the block ends without
+    error: written to a temp file in the same folder, fsynced, renamed over `path`. rlvr's
+    one atomic write (manifests, summaries, tables, trainer state)."""
     d = os.path.dirname(os.path.abspath(path)) or "."
     os.makedirs(d, exist_ok=True)
     tmp = os.path.join(d, f".{os.path.basename(path)}.tmp{os.getpid()}")
     try:
         with open(tmp, "wb") as fh:
-            fh.write(data)
+            yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -346,3 +363,14 @@ def atomic_write(path: str, data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    """Write a whole file atomically (see atomic_file)."""
+    with atomic_file(path) as fh:
+        fh.write(data)
+
+
+def write_json(path: str, obj: Any) -> None:
+    """An indented JSON file (summary.json, run.json, ...), written atomically with to_json."""
+    atomic_write(path, to_json(obj, indent=True) + b"\n")

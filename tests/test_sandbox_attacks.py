@@ -26,7 +26,7 @@ import pytest
 
 from rlvr.sandbox import Limits, SandboxConfig, get_sandbox
 from rlvr.verifiers import code
-from rlvr.verifiers.rewards import RewardTable
+from rlvr.verification.rewards import RewardTable
 
 HAVE_BWRAP = shutil.which("bwrap") is not None
 IS_ROOT = os.geteuid() == 0

@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from helpers import REPO, invoke
-from rlvr.config import load_config, to_yaml
+from rlvr.config_loader import load_config, to_yaml
 from rlvr.runs import latest_checkpoint
 from rlvr.train.config import TrainConfig
 from rlvr.train.loop import train
@@ -228,3 +228,56 @@ def test_config_errors_exit_2(tmp_path):
     assert r.code == 2
     r = invoke("rlvr-train", [TINY, "--set", "train.steps=3", "--print-config"])
     assert r.code == 0 and "steps: 3" in r.stdout
+
+
+def _failing_run_args(run_dir) -> list[str]:
+    # Fails inside the run (after the run folder exists, before Ray starts): no prompts.
+    return [TINY, "--set", "model.path=/nonexistent", "--set", "data.limit=0", "--set", "rollout.top_p=0.9",
+            "--run-dir", str(run_dir)]
+
+
+def test_train_log_copies_stderr_in_process(tmp_path):
+    r = invoke("rlvr-train", _failing_run_args(tmp_path / "run"))
+    assert r.code == 2, r.stderr
+    log = (tmp_path / "run" / "train.log").read_text()
+    assert "rlvr-train: error: data: dataset toy has no prompts" in r.stderr
+    assert "rlvr-train: warning: rollout.top_p < 1" in log
+    assert log.endswith("rlvr-train: error: data: dataset toy has no prompts\n"), log
+    # --resume appends to the same log.
+    r = invoke("rlvr-train", ["--resume", str(tmp_path / "run"), "--set", "data.limit=0"])
+    assert r.code == 2
+    assert (tmp_path / "run" / "train.log").read_text().count("has no prompts") == 2
+
+
+def test_train_log_copies_the_process_stderr(tmp_path):
+    # The real process: fd 2 is copied (so Ray's and the engines' output would be too), and the
+    # terminal still gets every line.
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-m", "rlvr.commands.train", *_failing_run_args(tmp_path / "run")],
+                       capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
+    assert p.returncode == 2, p.stderr
+    log = (tmp_path / "run" / "train.log").read_text()
+    last = "rlvr-train: error: data: dataset toy has no prompts"
+    assert p.stderr.strip().splitlines()[-1] == last and log.strip().splitlines()[-1] == last
+    assert [ln for ln in p.stderr.splitlines() if ln.startswith("rlvr-train:")] == \
+        [ln for ln in log.splitlines() if ln.startswith("rlvr-train:")]
+
+
+
+def test_ray_temp_dir_reaches_ray_init(tmp_path, monkeypatch):
+    import ray
+
+    from rlvr.train.loop import Run
+
+    seen = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kw: seen.append(kw))
+    cfg = load_config(TrainConfig, TINY, [f"ray.temp_dir={tmp_path}/ray"])
+    Run(cfg, str(tmp_path / "run"), ["rlvr-train"], "", False)._ray_init()
+    assert seen[-1]["_temp_dir"] == f"{tmp_path}/ray" and os.path.isdir(f"{tmp_path}/ray")
+    cfg.ray.address = "auto"  # a joined cluster keeps its own folder
+    Run(cfg, str(tmp_path / "run"), ["rlvr-train"], "", False)._ray_init()
+    assert "_temp_dir" not in seen[-1] and seen[-1]["address"] == "auto"

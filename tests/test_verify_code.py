@@ -410,7 +410,7 @@ def test_works_in_a_forked_child_after_the_parent_used_it():
 
 
 def test_works_inside_the_verifier_pool():
-    from rlvr.verifiers.pool import VerifierPool
+    from rlvr.verification.pool import VerifierPool
 
     rec = {"id": "p1", "verifier": "code", "tests": ["assert add(1, 2) == 3"],
            "completions": ["def add(a, b):\n    return a + b\n", "def add(a, b):\n    return 0\n", "import os\nos._exit(0)\n"]}

@@ -18,9 +18,9 @@ import pytest
 
 from helpers import invoke, jsonl
 from rlvr.verifiers import MODULES
-from rlvr.verifiers.pool import VerifierPool, normalize_config
-from rlvr.verifiers.rewards import RewardTable, parse_table_spec
-from rlvr.verifiers.summary import format_text, summarize
+from rlvr.verification.pool import VerifierPool, normalize_config
+from rlvr.verification.rewards import RewardTable, parse_table_spec
+from rlvr.verification.summary import format_text, summarize
 
 PROBE = '''
 """Test-only verifier: the completion is the command."""
@@ -390,6 +390,27 @@ def test_cli_summary_file_reward_table_and_forced_verifier(tmp_path):
     s = json.loads(summ.read_text())
     assert s["all"]["status"]["no_answer"] == 1 and s["per_dataset"]["gsm8k"]["completions"] == 3
     assert r.stderr == ""
+
+
+def test_cli_verifier_shorthands():
+    # `rlvr-rollout ... | rlvr-verify --math`: --math, --code, --ifeval, --ifbench, --if-multi
+    # are --verifier NAME.
+    recs = [{k: v for k, v in MATH[0].items() if k != "verifier"}]
+    r = invoke("rlvr-verify", ["-j", "1", "--math"], jsonl(*recs))
+    assert r.code == 0, r.stderr
+    assert [v["verifier"] for v in r.records()[0]["verdicts"]] == ["math"] * 3
+    assert r.records()[0]["rewards"] == [1.0, 0.0, 0.0]
+    from rlvr.commands.verify import SHORTHANDS, cmd
+    from rlvr.records import VERIFIERS
+
+    assert set(SHORTHANDS) == set(VERIFIERS)
+    for name, flag in SHORTHANDS.items():
+        assert cmd.make_context("rlvr-verify", [flag]).params["verifier"] == name
+    assert cmd.make_context("rlvr-verify", ["--math", "--verifier", "math"]).params["verifier"] == "math"
+    r = invoke("rlvr-verify", ["--math", "--verifier", "code"], "")
+    assert r.code == 2 and "--math and --verifier code name different verifiers" in r.stderr
+    r = invoke("rlvr-verify", ["--help"])
+    assert all(flag in r.stdout for flag in SHORTHANDS.values())
 
 
 def test_cli_bare_summary_never_takes_the_input_file(tmp_path):

@@ -116,4 +116,4 @@ def cmd(name, split, sources, fewshot_source, template, shots, chat, limit, shuf
             out.write(rec)
 
 
-main = run(cmd, "rlvr-data")
+main = run(cmd)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 
 import click
-import orjson
 
-from rlvr.cli import ConfigError, Failure, check_output_dir, err, parse_shard, run, warn, with_examples
+from rlvr import records
+from rlvr.cli import (ConfigError, Failure, RlvrError, check_output_dir, parse_shard, run, say, warn,
+                      with_examples)
 
 HELP = with_examples(
     """Evaluate checkpoints with canonical settings.
@@ -131,8 +131,6 @@ def cmd(paths, benchmarks, gpu, gpus, gpu_mode, jobs_file, span, pass_at_k, patt
         raise click.UsageError("expected --watch GLOB OUT_DIR" if pattern else "expected --jobs JOBS.json OUT_DIR"
                                if jobs_file else "expected CKPT OUT_DIR")
     check_output_dir(paths[-1], "OUT_DIR")
-    say = functools.partial(warn, prog="rlvr-eval")
-    log = lambda m: click.echo(f"rlvr-eval: {m}", err=True)  # noqa: E731
     if pattern or jobs_file:
         tasks = [sweep.parse_task(b) for b in dict.fromkeys(benchmarks)] or list(sweep.DEFAULT_TASKS)
         try:
@@ -149,12 +147,12 @@ def cmd(paths, benchmarks, gpu, gpus, gpu_mode, jobs_file, span, pass_at_k, patt
         work = sweep.read_jobs(jobs_file) if jobs_file else None   # bad input fails before any GPU is asked
         if work is not None:
             work = sweep.select_jobs(work, sweep.parse_range(span), parse_shard(shard))
-        devices = sweep.pick_gpus(gpu, gpus, gpu_mode, say, default="auto") or [None]
+        devices = sweep.pick_gpus(gpu, gpus, gpu_mode, warn, default="auto") or [None]
         if work is not None:
-            failed = sweep.run_jobs(work, paths[0], tasks, opts, devices=devices, log=log)
+            failed = sweep.run_jobs(work, paths[0], tasks, opts, devices=devices, log=say)
         else:
             failed = sweep.watch(pattern, paths[0], tasks, opts, devices=devices, interval=interval, once=once,
-                                 idle_exit=idle_exit, shard=parse_shard(shard), log=log)
+                                 idle_exit=idle_exit, shard=parse_shard(shard), log=say)
         if failed:
             raise Failure(f"{failed} evaluation(s) failed (see above)")
         return
@@ -169,27 +167,25 @@ def cmd(paths, benchmarks, gpu, gpus, gpu_mode, jobs_file, span, pass_at_k, patt
                     verify_jobs=verify_jobs, progress=progress)
     if gpu is not None:
         os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # nvidia-smi's numbering
-        os.environ["CUDA_VISIBLE_DEVICES"] = sweep.pick_gpus(gpu, None, gpu_mode, say)[0]
+        os.environ["CUDA_VISIBLE_DEVICES"] = sweep.pick_gpus(gpu, None, gpu_mode, warn)[0]
     elif gpus is not None:
-        opts.gpus = sweep.pick_gpus(None, gpus, gpu_mode, say)
-    from rlvr.engines import CheckpointError, EngineError
-    from rlvr.engines.rollout import PromptError, record_stdout
-
+        opts.gpus = sweep.pick_gpus(None, gpus, gpu_mode, warn)
     from rlvr.models import resolve_model
+    from rlvr.rollout import record_stdout
 
-    ckpt = resolve_model(paths[0], log=functools.partial(err, "rlvr-eval")).path  # s3://... (and Org/Name with RLVR_S3_MODELS): the local cache
+    ckpt = resolve_model(paths[0], log=say).path  # s3://... (and Org/Name with RLVR_S3_MODELS): the local cache
     with record_stdout() as out:  # engine processes cannot write into the JSON lines
         try:
-            results = ev.evaluate_checkpoint(ckpt, paths[1], benchmarks, opts, warn=say, subdirs=subdirs or None)
-        except (CheckpointError, PromptError, ValueError) as e:
+            results = ev.evaluate_checkpoint(ckpt, paths[1], benchmarks, opts, warn=warn, subdirs=subdirs or None)
+        except RlvrError:  # engine, checkpoint and prompt errors carry their exit codes
+            raise
+        except ValueError as e:  # an option value the library rejects
             raise ConfigError(str(e)) from None
-        except EngineError as e:
-            raise Failure(str(e)) from None
         try:
             for b in benchmarks:
                 s = results[b]
-                out.write(orjson.dumps({"checkpoint": s["checkpoint"], "benchmark": b, "mode": s["mode"],
-                                        "metrics": s["metrics"], "records": s["records"]}) + b"\n")
+                out.write(records.dumps({"checkpoint": s["checkpoint"], "benchmark": b, "mode": s["mode"],
+                                         "metrics": s["metrics"], "records": s["records"]}))
                 out.flush()
         except BrokenPipeError:  # `| head`: end quietly (click would turn EPIPE into exit 1)
             raise click.exceptions.Exit(0) from None
@@ -209,11 +205,11 @@ def _table(paths: tuple[str, ...], fmt: str, baseline: str | None) -> None:
     base = tables.load_baseline(baseline) if baseline is not None else None
     scores = tables.collect(paths[0])
     if not scores:
-        warn(f"no rlvr summaries or lm-eval results under {paths[0]}", "rlvr-eval")
+        warn(f"no rlvr summaries or lm-eval results under {paths[0]}")
     sys.stdout.write(tables.render(scores, fmt, base))
 
 
-main = run(cmd, "rlvr-eval")
+main = run(cmd)
 
 if __name__ == "__main__":
     main()

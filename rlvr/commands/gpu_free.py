@@ -6,12 +6,10 @@ import sys
 import textwrap
 
 import click
-import orjson
 
-from rlvr import gpu
+from rlvr import gpu, messages
+from rlvr.records import dumps
 from rlvr.cli import Failure, run, warn, with_examples
-
-PROG = "rlvr-gpu-free"
 
 HELP = with_examples(
     textwrap.dedent(f"""\
@@ -101,27 +99,22 @@ def cmd(count, wait, timeout, as_json, fmt, uuid, samples, interval, max_mem, ba
         raise click.UsageError("--yes only goes with --kill-zombies")
     if kill_zombies and hosts:
         raise click.UsageError("--kill-zombies acts on this node only: run it on each host")
-    say = lambda m: warn(m, PROG)  # noqa: E731
-    try:
-        if hosts:
-            nodes = gpu.Hosts(hosts, say, samples, interval, max_mem, backend, ssh_cmd, remote_cmd)
-            _find(nodes.window, count, wait, timeout, fmt, uuid, say)
-            return
-        with gpu.Monitor(backend, samples, interval, max_mem) as mon:
-            try:
-                if kill_zombies:
-                    _kill(mon, mon.window(), yes, grace, fmt)
-                else:
-                    _find(mon.window, count, wait, timeout, fmt, uuid, say)
-            finally:
-                for w in mon.warnings:
-                    say(w)
-    except gpu.TooFewFree as e:
-        raise Failure(str(e), gpu.EXIT_TOO_FEW) from None
-    except gpu.NoGpuError as e:
-        raise Failure(str(e), gpu.EXIT_NO_GPU) from None
-    except gpu.GpuError as e:
-        raise Failure(str(e)) from None
+    say = warn
+    # gpu.TooFewFree (exit 4), gpu.NoGpuError (exit 5) and gpu.GpuError (exit 1) are rlvr
+    # errors: rlvr.cli.run maps them.
+    if hosts:
+        nodes = gpu.Hosts(hosts, say, samples, interval, max_mem, backend, ssh_cmd, remote_cmd)
+        _find(nodes.window, count, wait, timeout, fmt, uuid, say)
+        return
+    with gpu.Monitor(backend, samples, interval, max_mem) as mon:
+        try:
+            if kill_zombies:
+                _kill(mon, mon.window(), yes, grace, fmt)
+            else:
+                _find(mon.window, count, wait, timeout, fmt, uuid, say)
+        finally:
+            for w in mon.warnings:
+                say(w)
 
 
 def _find(query, count, wait, timeout, fmt, uuid, say):
@@ -139,7 +132,7 @@ def _find(query, count, wait, timeout, fmt, uuid, say):
 def _show(states, chosen, fmt, uuid):
     if fmt == "json":
         for g in states:
-            sys.stdout.buffer.write(orjson.dumps(g.to_record()) + b"\n")
+            sys.stdout.buffer.write(dumps(g.to_record()))
     elif fmt == "table":
         sys.stdout.write(gpu.format_table(states, chosen))
     elif chosen:
@@ -150,23 +143,23 @@ def _show(states, chosen, fmt, uuid):
 def _kill(mon, states, yes, grace, fmt):
     plan = gpu.plan_kills(states)
     if yes:
-        mon.kill(plan, grace, log=lambda m: click.echo(f"{PROG}: {m}", err=True))
+        mon.kill(plan, grace, log=messages.say)
     for it in plan:
         if fmt == "json":
-            sys.stdout.buffer.write(orjson.dumps(it.to_record()) + b"\n")
+            sys.stdout.buffer.write(dumps(it.to_record()))
         else:
             sys.stdout.write(gpu.format_kill(it, done=yes) + "\n")
     sys.stdout.flush()
     if not plan:
-        click.echo(f"{PROG}: no zombie process ({gpu.summary(states)})", err=True)
+        messages.say(f"no zombie process ({gpu.summary(states)})")
     elif not yes and any(it.action == "kill" for it in plan):
-        click.echo(f"{PROG}: dry run, nothing signalled: add --yes to kill", err=True)
+        messages.say("dry run, nothing signalled: add --yes to kill")
     survivors = [it.proc.pid for it in plan if it.result.startswith("survived")]
     if survivors:
         raise Failure(f"still running after SIGKILL: pid {', '.join(map(str, survivors))}")
 
 
-main = run(cmd, PROG)
+main = run(cmd)
 
 if __name__ == "__main__":
     main()

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import math
 import sys
-from collections import Counter
 
 import click
-import orjson
 
 from rlvr.cli import input_options, int_list, run, warn, with_examples
-from rlvr.passk import PassAtK, summary_table
-from rlvr.records import RecordWriter, is_error_record, read_records
+from rlvr.passk import RecordsPassAtK, summary_table
+from rlvr.records import RecordWriter, read_records, to_json
 
 HELP = with_examples(
     """Compute pass@k from verified records.
@@ -47,58 +45,25 @@ def cmd(files, keep_going, ks, threshold, per_prompt, fmt):
         raise click.BadParameter("k must be integers from 1 to 1e9", param_hint="--k")
     if not math.isfinite(threshold):
         raise click.BadParameter("must be a finite number", param_hint="--threshold")
-    acc = PassAtK(k_list)
-    seen: set[str] = set()
-    dupes = errors = no_samples = 0
-    empty: Counter = Counter()   # dataset -> prompts with no samples
+    acc = RecordsPassAtK(k_list, threshold)
     out = RecordWriter(sys.stdout.buffer) if per_prompt else None
     for rec in read_records(files, keep_going=keep_going, required=("rewards",)):
-        if is_error_record(rec):
-            errors += 1
-            if out is not None:
-                out.write(rec)  # --per-prompt keeps N records in, N out
-            continue
-        rid = rec.get("id")
-        if rid is not None:
-            if rid in seen:
-                dupes += 1
-                continue
-            seen.add(rid)
-        n = len(rec["rewards"])
-        if n == 0:  # nothing sampled (e.g. a prompt too long to generate for): counted, never in pass@k
-            no_samples += 1
-            empty[rec.get("dataset") or "unknown"] += 1
-            if out is not None:
-                out.write({"id": rid, "dataset": rec.get("dataset"), "n": 0, "c": 0,
-                           **{f"pass@{k}": None for k in acc.fixed_ks or []}})
-            continue
-        c = sum(1 for r in rec["rewards"] if r >= threshold)
-        vals = acc.add(rec.get("dataset") or "unknown", n, c)
-        if out is not None:
-            out.write({"id": rid, "dataset": rec.get("dataset"), "n": n, "c": c, **vals})
-    if dupes:
-        warn(f"{dupes} repeated id(s) counted once", "rlvr-passk")
-    if errors:
-        warn(f"{errors} error record(s) skipped", "rlvr-passk")
-    if out is not None or not acc.rows and not no_samples:
-        if not acc.rows:
-            warn("no records", "rlvr-passk")
+        row = acc.add(rec)
+        if out is not None and row is not None:
+            out.write(row)  # an error record passes through: --per-prompt keeps N records in, N out
+    if acc.duplicates:
+        warn(f"{acc.duplicates} repeated id(s) counted once")
+    if acc.errors:
+        warn(f"{acc.errors} error record(s) skipped")
+    if out is not None or acc.empty:
+        if not acc.acc.rows:
+            warn("no records")
         return
     s = acc.summary()
-    s["threshold"] = threshold
-    if no_samples:
-        s["prompts_with_no_samples"] = no_samples
-        for ds, count in sorted(empty.items()):
-            s["per_dataset"].setdefault(ds, {"n_prompts": 0, "n_samples": 0})["prompts_with_no_samples"] = count
-        s["per_dataset"] = dict(sorted(s["per_dataset"].items()))
-    if dupes:
-        s["duplicate_ids"] = dupes
-    if errors:
-        s["error_records"] = errors
     if fmt == "json":
-        sys.stdout.buffer.write(orjson.dumps(s, option=orjson.OPT_INDENT_2) + b"\n")
+        sys.stdout.buffer.write(to_json(s, indent=True) + b"\n")
     else:
         sys.stdout.write(summary_table(s, fmt))
 
 
-main = run(cmd, "rlvr-passk")
+main = run(cmd)

@@ -41,4 +41,4 @@ def cmd(run_dirs, output, labels, metric, smooth, title):
     click.echo(plot_runs(list(run_dirs), output, list(labels), metric, smooth, title))
 
 
-main = run(cmd, "rlvr-plot")
+main = run(cmd)

@@ -1,13 +1,11 @@
-"""rlvr-rollout: sample completions for prompt records (see rlvr.engines.rollout)."""
+"""rlvr-rollout: sample completions for prompt records (see rlvr.rollout)."""
 
 from __future__ import annotations
 
-import functools
-
 import click
 
-from rlvr.cli import (ConfigError, Failure, check_output_file, err, input_options, progress_option, run,
-                      shard_callback, warn, with_examples)
+from rlvr.cli import (ConfigError, check_output_file, input_options, progress_option, run, say, shard_callback,
+                      warn, with_examples)
 from rlvr.records import RecordWriter
 
 HELP = with_examples(
@@ -90,14 +88,13 @@ def _seed(ctx: click.Context, param: click.Parameter, value: str) -> int | None:
 def cmd(files, keep_going, model, engine, n, temperature, top_p, top_k, max_tokens, stop, seed, chat_template,
         logprobs, logprobs_mode, token_ids, dtype, tp, gpu_memory_utilization, max_model_len, max_prompt_len,
         kv_cache_gib, tokenizer, output, shard, shuffle, gpus, progress):
-    from rlvr.engines import CheckpointError, EngineError, EngineOptions, Sampling
-    from rlvr.engines.rollout import (PromptError, RolloutSettings, read_prompts, record_stdout, run as rollout,
-                                      run_to_file, select)
+    from rlvr.engines import EngineOptions, Sampling
+    from rlvr.rollout import RolloutSettings, read_prompts, record_stdout, run as rollout, run_to_file, select
 
     if model:  # s3://... and, with RLVR_S3_MODELS, Org/Name: fetched once into the local cache
         from rlvr.models import resolve_model
 
-        model = resolve_model(model, log=functools.partial(err, "rlvr-rollout")).path
+        model = resolve_model(model, log=say).path
     try:
         settings = RolloutSettings(
             model=model or "", engine=engine, chat_template=chat_template, max_prompt_len=max_prompt_len,
@@ -114,7 +111,7 @@ def cmd(files, keep_going, model, engine, n, temperature, top_p, top_k, max_toke
         raise ConfigError("--model is required (or set RLVR_MODEL)")
     if output:
         check_output_file(output, "--output")
-    say = functools.partial(warn, prog="rlvr-rollout")
+    say = warn
     try:
         if output:
             _, stats = run_to_file(records, settings, output, progress=progress, warn=say)
@@ -123,14 +120,11 @@ def cmd(files, keep_going, model, engine, n, temperature, top_p, top_k, max_toke
                 stats = rollout(records, settings, RecordWriter(stream), progress=progress, warn=say)
     except BrokenPipeError:  # `| head`: end quietly (click would turn EPIPE into exit 1)
         raise click.exceptions.Exit(0) from None
-    except (CheckpointError, PromptError) as e:
-        raise ConfigError(str(e)) from None
-    except EngineError as e:
-        raise Failure(str(e)) from None
+    # CheckpointError and PromptError (exit 2), EngineError (exit 1): rlvr.cli.run maps them.
     for status, count in sorted(stats.unusable.items()):
         what = {"prompt_too_long": "over the prompt length limit", "empty_prompt": "empty",
                 "bad_prompt": "unusable"}.get(status, status)
-        warn(f"{count} prompt(s) {what} came out without completions (generation.status {status})", "rlvr-rollout")
+        warn(f"{count} prompt(s) {what} came out without completions (generation.status {status})")
 
 
-main = run(cmd, "rlvr-rollout")
+main = run(cmd)

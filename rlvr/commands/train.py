@@ -7,7 +7,8 @@ import sys
 
 import click
 
-from rlvr.cli import ConfigError, run, warn, with_examples
+from rlvr.cli import ConfigError, program, run, warn, with_examples
+from rlvr.messages import StderrCopy, at_end
 
 HELP = with_examples(
     """Train a policy with GRPO on verifiable rewards.
@@ -24,8 +25,16 @@ HELP = with_examples(
     Each run writes results/<config_stem>_<YYYYMMDD-HHMMSS>/ (or $RLVR_RUN_DIR, or
     --run-dir): config.yaml, RESULTS.md, run.json, patches/, traces/ (trace.jsonl with one
     metrics line per step, samples.jsonl, rollouts.jsonl in the record format of the other
-    commands) and checkpoints/ (Hugging Face folders, written atomically). Progress goes to
+    commands), checkpoints/ (Hugging Face folders, written atomically) and train.log (a copy
+    of everything rlvr-train prints on stderr, appended on --resume). Progress goes to
     stderr; metrics go to traces/trace.jsonl, and also to stdout with log.stdout=true.
+    checkpoint.keep_last N keeps the newest N checkpoints, and checkpoint.keep_every K
+    also keeps every K-th step's, so an rlvr-eval --watch that lags loses none of those.
+
+    Ray: rlvr-train starts a local Ray unless --ray-address (or ray.address) joins a
+    running cluster. --ray-temp-dir (ray.temp_dir) moves Ray's temporary files, e.g. off a
+    small root filesystem onto NVMe; a cluster started by hand (`ray start --head
+    --temp-dir /nvme/ray`) and joined with --ray-address auto is the other way.
     --resume RUN_DIR continues from its latest complete checkpoint: same step counter, same
     data order, no prompt replayed.
     """,
@@ -33,6 +42,7 @@ HELP = with_examples(
 rlvr-train configs/tiny-cpu.yaml
 rlvr-train configs/qwen3-1.7B-gsm8k.yaml --set train.lr=2e-6 --set rollout.n=16
 rlvr-train configs/qwen3-1.7B-gsm8k.yaml --ray-address auto     # join a running cluster
+rlvr-train configs/qwen3-1.7B-gsm8k.yaml --ray-temp-dir /nvme/ray  # Ray's files on NVMe
 rlvr-train --resume results/tiny-cpu_20261122-101500
 RLVR_RUN_DIR=/scratch/run1 rlvr-train configs/qwen3-1.7B-math.yaml
 rlvr-train configs/tiny-cpu.yaml --print-config                 # the resolved config, then exit
@@ -47,9 +57,11 @@ rlvr-train configs/tiny-cpu.yaml --print-config                 # the resolved c
               help="Continue a run from its latest complete checkpoint.")
 @click.option("--run-dir", type=click.Path(file_okay=False), help="Run folder (default: $RLVR_RUN_DIR or results/<stem>_<time>).")
 @click.option("--ray-address", envvar="RAY_ADDRESS", help="Join an existing Ray cluster (e.g. auto).")
+@click.option("--ray-temp-dir", type=click.Path(file_okay=False), metavar="DIR",
+              help="Ray's temporary folder when rlvr-train starts Ray (ray.temp_dir; e.g. on NVMe; an absolute path).")
 @click.option("--print-config", is_flag=True, help="Print the resolved config as YAML and exit.")
-def cmd(config, sets, resume_dir, run_dir, ray_address, print_config):
-    from rlvr.config import load_config, to_yaml
+def cmd(config, sets, resume_dir, run_dir, ray_address, ray_temp_dir, print_config):
+    from rlvr.config_loader import load_config, to_yaml
     from rlvr.runs import new_run_dir
     from rlvr.train.config import TrainConfig, check
 
@@ -58,17 +70,20 @@ def cmd(config, sets, resume_dir, run_dir, ray_address, print_config):
         if not os.path.exists(saved):
             raise ConfigError(f"{resume_dir}: not a run folder (no config.yaml)")
         if config:
-            warn(f"--resume uses {saved}; ignoring {config}", "rlvr-train")
+            warn(f"--resume uses {saved}; ignoring {config}")
         config = saved
     elif config is None:
         config = default_config_path()
     cfg = load_config(TrainConfig, config, list(sets))
     if ray_address:
         cfg.ray.address = ray_address
-    for w in check(cfg):
-        warn(w, "rlvr-train")
+    if ray_temp_dir:
+        cfg.ray.temp_dir = ray_temp_dir
+    warnings = check(cfg)
     text = to_yaml(cfg)
     if print_config:
+        for w in warnings:
+            warn(w)
         sys.stdout.write(text)
         return
     from rlvr.train.loop import train
@@ -80,7 +95,12 @@ def cmd(config, sets, resume_dir, run_dir, ray_address, print_config):
         rd = run_dir
     else:
         rd = new_run_dir(config)
-    train(cfg, rd, ["rlvr-train", *sys.argv[1:]], text, resume=bool(resume_dir))
+    # Everything this command prints on stderr from here on (its own lines, Ray's and the
+    # engines', the final error) is also appended to RUN_DIR/train.log.
+    at_end(StderrCopy(os.path.join(rd, "train.log")).close)
+    for w in warnings:
+        warn(w)
+    train(cfg, rd, [program(), *sys.argv[1:]], text, resume=bool(resume_dir))
 
 
 def default_config_path() -> str:
@@ -89,7 +109,7 @@ def default_config_path() -> str:
     return str(files("rlvr") / "resources" / "tiny-cpu.yaml")
 
 
-main = run(cmd, "rlvr-train")
+main = run(cmd)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,14 @@
-"""rlvr-verify: add rewards and verdicts to records with completions (see rlvr.verifiers.pool)."""
+"""rlvr-verify: add rewards and verdicts to records with completions (see rlvr.verification.pool)."""
 
 from __future__ import annotations
 
 import sys
 
 import click
-import orjson
 
 from rlvr.cli import ConfigError, Failure, check_output_file, input_options, progress_option, run, warn, with_examples
 from rlvr.cli import progress as progress_bar
-from rlvr.records import RecordWriter, atomic_write, read_records
+from rlvr.records import RecordWriter, read_records, write_json
 from rlvr.verifiers import MODULES
 
 HELP = with_examples(
@@ -17,7 +16,8 @@ HELP = with_examples(
 
     Reads records with `completions` and writes them back, in the same order, with one
     verdict and one reward per completion. The verifier is the record's `verifier` field
-    (math, code, ifeval, ifbench, if_multi) unless --verifier forces one. A verdict says
+    (math, code, ifeval, ifbench, if_multi) unless --verifier forces one (or its shorthand
+    --math, --code, --ifeval, --ifbench, --if-multi). A verdict says
     what happened: status (correct, wrong, no_answer, timeout, error), the extracted
     answer, the verifier's name and version and the time taken. Each verification runs in
     a pool of worker processes with a hard wall-clock timeout: a hung or crashed
@@ -43,6 +43,7 @@ HELP = with_examples(
 rlvr-verify rollouts.jsonl > verified.jsonl
 rlvr-verify -j 16 --summary < rollouts.jsonl > verified.jsonl
 rlvr-verify --verifier math --set math.mode=strict-match gsm8k.jsonl
+rlvr-rollout -m CKPT prompts.jsonl | rlvr-verify --math | rlvr-passk
 rlvr-verify --timeout 10 --reward-table correct=1,no_answer=-0.1 code.jsonl
 rlvr-verify --reward-mode fraction --summary=summary.json ifeval.jsonl
 rlvr-rollout ... | rlvr-verify | rlvr-passk --format markdown
@@ -81,11 +82,40 @@ def _parse_sets(items: tuple[str, ...]) -> dict:
     return out
 
 
+# --math, --code, --ifeval, --ifbench, --if-multi: `rlvr-rollout ... | rlvr-verify --math`.
+SHORTHANDS = {"math": "--math", "code": "--code", "ifeval": "--ifeval", "ifbench": "--ifbench", "if_multi": "--if-multi"}
+
+
+def _shorthands(f):
+    for name, flag in reversed(SHORTHANDS.items()):
+        f = click.option(flag, "verifier", flag_value=name, help=f"Shorthand for --verifier {name}.")(f)
+    return f
+
+
+def _verifiers_named(args: list[str]) -> dict[str, str]:
+    """{verifier: how it was given} for --verifier NAME and the shorthands in args (options only)."""
+    flags = {flag: name for name, flag in SHORTHANDS.items()}
+    named: dict[str, str] = {}
+    for i, a in enumerate(args):
+        if a in flags:
+            named.setdefault(flags[a], a)
+        elif a == "--verifier" and i + 1 < len(args):
+            named.setdefault(args[i + 1], f"--verifier {args[i + 1]}")
+        elif a.startswith("--verifier="):
+            named.setdefault(a.split("=", 1)[1], a)
+    return named
+
+
 class _Command(click.Command):
     """A bare --summary means stderr: a file is only taken as --summary=FILE, so that
-    `rlvr-verify --summary in.jsonl` reads in.jsonl instead of overwriting it."""
+    `rlvr-verify --summary in.jsonl` reads in.jsonl instead of overwriting it. --verifier and
+    its shorthands must not name two different verifiers."""
 
     def parse_args(self, ctx, args):
+        named = _verifiers_named(args[:args.index("--")] if "--" in args else args)
+        if len(named) > 1:  # --verifier and its shorthands share one value: two would silently be the last
+            a, b = list(named.values())[:2]
+            raise click.UsageError(f"{a} and {b} name different verifiers: give one", ctx)
         if "--" in args:
             k = args.index("--")
             args = [("--summary=-" if a == "--summary" else a) for a in args[:k]] + args[k:]
@@ -96,7 +126,9 @@ class _Command(click.Command):
 
 @click.command(cls=_Command, help=HELP)
 @input_options
-@click.option("--verifier", type=click.Choice(sorted(MODULES)), help="Use this verifier for every record (default: each record's `verifier`).")
+@click.option("--verifier", type=click.Choice(sorted(MODULES)),
+              help="Use this verifier for every record (default: each record's `verifier`).")
+@_shorthands
 @click.option("-j", "--jobs", type=click.IntRange(min=1), help="Worker processes  [default: the number of usable cores]")
 @click.option("--timeout", metavar="SECONDS|NAME=SECONDS,...",
               help="Wall-clock limit per verification, for all verifiers or per verifier  [default: each verifier's own TIMEOUT_S (math 3), else 5]")
@@ -111,9 +143,9 @@ class _Command(click.Command):
               help="Address-space limit per worker process (0: none).")
 @progress_option
 def cmd(files, keep_going, verifier, jobs, timeout, reward_table, reward_mode, sets, summary, memory_limit, progress):
-    from rlvr.verifiers.pool import VerifierPool, WorkerStartError
-    from rlvr.verifiers.rewards import RewardTable
-    from rlvr.verifiers.summary import Summary, format_text
+    from rlvr.verification.pool import VerifierPool, WorkerStartError
+    from rlvr.verification.rewards import RewardTable
+    from rlvr.verification.summary import Summary, format_text
 
     if summary and summary != "-":
         check_output_file(summary, "--summary")
@@ -141,15 +173,15 @@ def cmd(files, keep_going, verifier, jobs, timeout, reward_table, reward_mode, s
     except WorkerStartError as e:
         raise Failure(str(e)) from None
     for name, why in pool.unavailable.items():
-        warn(f"verifier {name!r} is not available here, its verdicts are errors: {why}", "rlvr-verify")
+        warn(f"verifier {name!r} is not available here, its verdicts are errors: {why}")
     if unnamed:
-        warn(f"{unnamed} record(s) name no verifier: their verdicts are errors (use --verifier NAME)", "rlvr-verify")
+        warn(f"{unnamed} record(s) name no verifier: their verdicts are errors (use --verifier NAME)")
     if acc is not None:
         result = acc.result()
         if summary == "-":
             click.echo(format_text(result), err=True, nl=False)
         else:
-            atomic_write(summary, orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+            write_json(summary, result)
 
 
-main = run(cmd, "rlvr-verify")
+main = run(cmd)

@@ -16,7 +16,7 @@ import os
 import random
 from collections.abc import Iterator
 
-from rlvr.cli import ConfigError, Failure
+from rlvr.errors import BadInput, ConfigError, Failure
 from rlvr.data.catalog import SPECS, RowError, Spec, toy_rows
 from rlvr.data.sources import load_rows
 from rlvr.data.templates import TEMPLATES, render
@@ -74,7 +74,7 @@ def _convert(spec: Spec, rows: list[dict], split: str, where: str) -> list[dict]
             rec = spec.convert(row, i, split)
         except RowError as e:
             field = f", field {e.field}" if e.field else ""
-            raise Failure(f"{where}: row {i + 1}: {e} (dataset {spec.name}{field})", code=3) from None
+            raise BadInput(f"{where}: row {i + 1}: {e} (dataset {spec.name}{field})") from None
         rec["dataset"] = spec.name
         rec["verifier"] = spec.verifier
         out.append(rec)

@@ -16,7 +16,7 @@ import glob
 import json
 import os
 
-from rlvr.cli import Failure
+from rlvr.errors import Failure
 
 EXTS = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".parquet", ".arrow")
 

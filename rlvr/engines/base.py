@@ -30,6 +30,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from rlvr.errors import Failure
+
 PromptIds = list[int]
 # A weight update: a mapping or iterable of (name, tensor) in the checkpoint's own names, or
 # the path of a model folder / .safetensors file holding them.
@@ -38,8 +40,8 @@ Weights = Mapping[str, Any] | Iterable[tuple[str, Any]] | str
 SEED_BITS = 62  # derived seeds stay below 2**62 so that seed + sample index fits in int64
 
 
-class EngineError(RuntimeError):
-    """An engine cannot do what was asked (bad weights, dead engine, bad options)."""
+class EngineError(Failure, RuntimeError):
+    """An engine cannot do what was asked (bad weights, dead engine, bad options): exit 1."""
 
 
 @dataclass(frozen=True)
@@ -151,11 +153,15 @@ class Result:
         return [len(s.token_ids) for s in self.samples]
 
 
-def prompt_seed(seed: int, key: str | bytes | Sequence[int]) -> int:
-    """The seed of sample 0 of a prompt: a hash of (seed, key) below 2**62.
+def prompt_seed(seed: int, key: str | bytes | Sequence[int], epoch: int = 0) -> int:
+    """The seed of sample 0 of a prompt: a hash (BLAKE2b) of (seed, key) below 2**62.
 
-    key is the record id (str), or the prompt's token ids when there is no id. Sample j uses
-    prompt_seed + j (vLLM's own rule for the n samples of a seeded request).
+    rlvr's one per-sample seed rule: rlvr-rollout, rlvr-eval and rlvr-train's rollouts all
+    call it. key is the record id (str), or the prompt's token ids when there is no id.
+    Sample j uses prompt_seed + j (vLLM's own rule for the n samples of a seeded request).
+    epoch > 0 (training's later passes over the same prompt) gives fresh seeds; epoch 0 is
+    the seed rlvr-rollout writes as generation.prompt_seed. The value depends on nothing
+    else (not the batch, shard, engine or resume), and must never change between releases.
     """
     if isinstance(key, str):
         kb = b"s" + key.encode("utf-8")
@@ -163,6 +169,8 @@ def prompt_seed(seed: int, key: str | bytes | Sequence[int]) -> int:
         kb = b"b" + key
     else:
         kb = b"t" + b",".join(str(int(t)).encode() for t in key)
+    if epoch:
+        kb += b"#" + str(int(epoch)).encode()
     h = hashlib.blake2b(str(int(seed)).encode() + b"\0" + kb, digest_size=8).digest()
     return int.from_bytes(h, "big") >> (64 - SEED_BITS)
 

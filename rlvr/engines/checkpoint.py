@@ -21,11 +21,14 @@ import os
 import re
 from collections.abc import Callable
 
+from rlvr.errors import UsageError
+from rlvr.records import to_json
+
 INDEX = "model.safetensors.index.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UsageError, ValueError):
     """A model folder that cannot be loaded; the message says how to fix it."""
 
 
@@ -130,8 +133,8 @@ def _shadow_folder(path: str, weight_map: dict[str, str]) -> str:
     with open(os.path.join(src, INDEX)) as fh:
         index = json.load(fh)
     index["weight_map"] = weight_map
-    with open(os.path.join(tmp, INDEX), "w") as fh:
-        json.dump(index, fh, indent=2)
+    with open(os.path.join(tmp, INDEX), "wb") as fh:
+        fh.write(to_json(index, indent=True))
     try:
         os.rename(tmp, dest)
     except OSError:  # another process made it first

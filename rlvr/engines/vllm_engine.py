@@ -113,6 +113,9 @@ class VLLMEngine(Engine):
         options = options or EngineOptions()
         super().__init__(model, options)
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # if vLLM is not imported yet
+        from rlvr.engines import vllm_check
+
+        vllm_check.check()  # the vLLM interfaces rlvr uses exist (else one error naming the version)
         self.path = checkpoint.resolve(model, warn=warn, tokenizer=options.tokenizer)
         on_cpu = _platform_is_cpu()
         if options.device == "cuda" and on_cpu:

@@ -146,7 +146,11 @@ class CheckpointConfig:
     every: int = 10
     """Save every N steps (and at the end); 0 = only at the end."""
     keep_last: int | None = None
-    """Keep only the newest N checkpoints (null keeps all)."""
+    """Keep only the newest N checkpoints (null keeps all) ..."""
+    keep_every: int | None = None
+    """... and, besides those, every checkpoint whose step is a multiple of K (null: none), so
+    that an evaluation watcher that lags behind still finds them (e.g. every: 50, keep_last: 3,
+    keep_every: 50 keeps them all; keep_every: 200 keeps one in four)."""
     upload: str | None = None
     """s3://bucket/prefix/: upload the run folder's checkpoints and traces in the background."""
 
@@ -177,6 +181,10 @@ class RayConfig:
     address: str | None = None
     """Join an existing cluster (e.g. auto or ray://host:10001); null starts a local one."""
     num_cpus: float | None = None
+    temp_dir: str | None = None
+    """Ray's temporary folder (logs, sockets, object spilling) when rlvr-train starts Ray, e.g.
+    on NVMe when the root filesystem is small (--ray-temp-dir). null: Ray's default (/tmp/ray).
+    A cluster joined with ray.address keeps its own (`ray start --head --temp-dir DIR`)."""
 
 
 @dataclass
@@ -208,7 +216,7 @@ class TrainConfig:
 
 def check(cfg: TrainConfig) -> list[str]:
     """Validate cross-field constraints; return warnings (raise ConfigError on errors)."""
-    from rlvr.cli import ConfigError
+    from rlvr.errors import ConfigError
     from rlvr.grpo import LOSS_TYPES
 
     t, r = cfg.train, cfg.rollout
@@ -227,6 +235,9 @@ def check(cfg: TrainConfig) -> list[str]:
         raise ConfigError("rollout.n and rollout.prompts_per_step must be >= 1; train.steps and train.max_staleness >= 0")
     if (cfg.data.dataset is None) == (cfg.data.mix is None):
         raise ConfigError("data: set exactly one of dataset and mix")
+    ck = cfg.checkpoint
+    if (ck.keep_last is not None and ck.keep_last < 0) or (ck.keep_every is not None and ck.keep_every < 1):
+        raise ConfigError("checkpoint.keep_last must be >= 0 and checkpoint.keep_every >= 1 (or null)")
     if cfg.verify.reward_mode not in ("binary", "fraction"):
         raise ConfigError(f"verify.reward_mode: expected binary or fraction, got {cfg.verify.reward_mode!r}")
     if cfg.upload.trace_interval_s < 0:
@@ -244,6 +255,9 @@ def check(cfg: TrainConfig) -> list[str]:
     if not cfg.sync.bucket_mb > 0:
         raise ConfigError(f"sync.bucket_mb: must be > 0, got {cfg.sync.bucket_mb}")
     warnings = []
+    if cfg.ray.address and cfg.ray.temp_dir:
+        warnings.append("ray.temp_dir is ignored when joining a cluster (ray.address): the cluster keeps the "
+                        "folder it was started with (ray start --temp-dir DIR)")
     if r.top_p < 1.0 or r.top_k not in (-1, 0):
         warnings.append("rollout.top_p < 1 or top_k set: truncated sampling biases the importance ratio "
                         "(the trainer's log-probs are over the full vocabulary)")

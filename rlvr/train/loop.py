@@ -23,7 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rlvr.cli import Failure
+from rlvr.engines.base import prompt_seed
+from rlvr.errors import Failure
+from rlvr.messages import say
 from rlvr.runs import (Traces, checkpoint_dir, commit_checkpoint, end_manifest, init_run_dir, latest_checkpoint,
                        prune_checkpoints, tmp_checkpoint_dir, truncate_traces, update_manifest)
 from rlvr.train.config import TrainConfig
@@ -33,7 +35,7 @@ GT_FIELDS = ("answer", "tests", "test_setup", "test", "entry_point", "prefix", "
 
 
 def log(msg: str) -> None:
-    print(f"rlvr-train: {msg}", file=sys.stderr, flush=True)
+    say(msg)  # "rlvr-train: msg", named by rlvr.cli.run
 
 
 @dataclass
@@ -50,12 +52,6 @@ def prompt_token_ids(tokenizer, prompt) -> list[int]:
     from rlvr.engines.base import encode_prompt
 
     return encode_prompt(tokenizer, prompt, chat_template=False)
-
-
-def sample_seed(base: int, rid: str, epoch: int) -> int:
-    import zlib
-
-    return (base * 1_000_003 + zlib.crc32(f"{rid}#{epoch}".encode())) % (2**31 - 1)
 
 
 class Run:
@@ -106,6 +102,9 @@ class Run:
         if self.cfg.ray.address:
             ray.init(address=self.cfg.ray.address, **kw)
         else:
+            if self.cfg.ray.temp_dir:  # e.g. NVMe when / is small; Ray wants an absolute path
+                os.makedirs(self.cfg.ray.temp_dir, exist_ok=True)
+                kw["_temp_dir"] = os.path.abspath(self.cfg.ray.temp_dir)
             ray.init(num_cpus=self.cfg.ray.num_cpus or os.cpu_count(), **kw)
 
     def _has_gpus(self) -> bool:
@@ -208,7 +207,7 @@ class Run:
             self._sync(start_step, wait=True)
         uploader = self._uploader()
         traces = Traces(self.run_dir)
-        from rlvr.verifiers.pool import VerifierPool
+        from rlvr.verification.pool import VerifierPool
 
         vcfg = cfg.verify
         pool = VerifierPool(jobs=vcfg.jobs, timeout=vcfg.timeout, config=dict(vcfg.verifier_config),
@@ -277,7 +276,7 @@ class Run:
         ids = [prompt_token_ids(self.tokenizer, rec["prompt"]) for rec, _ in items]
         for (rec, _), x in zip(items, ids):
             self._prompt_ids[rec["id"]] = x  # reused when the batch is built: tokenise once
-        seeds = [sample_seed(self.cfg.rollout.seed, rec["id"], ep) for rec, ep in items]
+        seeds = [prompt_seed(self.cfg.rollout.seed, rec["id"], ep) for rec, ep in items]
         ref = self.engines[e].generate.remote(ids, self._sampling(), seeds)
         return Chunk(e, ref, items, time.monotonic(), self.engines[e])
 
@@ -500,9 +499,9 @@ class Run:
             if uploader is not None:
                 uploader.tick()  # the live traces changed: sent on the uploader's thread
             if cfg.log.stdout:
-                import orjson
+                from rlvr.records import dumps
 
-                sys.stdout.buffer.write(orjson.dumps(metrics) + b"\n")
+                sys.stdout.buffer.write(dumps(metrics))
                 sys.stdout.flush()
             done = version - start_step
             eta = (time.monotonic() - t_start) / done * (total - version) if done else 0
@@ -543,7 +542,7 @@ class Run:
                            f"saving checkpoint {step}")
         final = checkpoint_dir(self.run_dir, step)
         commit_checkpoint(tmp, final)
-        prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last)
+        prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last, self.cfg.checkpoint.keep_every)
         log(f"checkpoint {final} ({time.monotonic() - t0:.1f}s)")
         if uploader is not None:
             uploader.submit(os.path.abspath(self.run_dir))  # off this thread; unchanged files are skipped

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 
-from rlvr.cli import ConfigError
+from rlvr.errors import ConfigError
 from rlvr.data import apply_order, load_records, mix, read_order
 
 

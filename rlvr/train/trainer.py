@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from rlvr.grpo import policy_loss, selective_logprobs, token_logprobs
+from rlvr.records import atomic_file
 
 
 @dataclass
@@ -405,9 +406,8 @@ class PolicyTrainer:
             "rng": {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()},
             **extra_state,
         }
-        tmp = os.path.join(path, "trainer_state.pt.tmp")
-        torch.save(state, tmp)
-        os.replace(tmp, os.path.join(path, "trainer_state.pt"))
+        with atomic_file(os.path.join(path, "trainer_state.pt")) as fh:
+            torch.save(state, fh)
 
     def load_state(self, path: str) -> dict:
         """Restore optimizer, scheduler, version and RNG from a checkpoint; returns the state dict.

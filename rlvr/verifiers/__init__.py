@@ -7,7 +7,7 @@
 ``verify`` returns a verdict dict with at least ``status`` (correct / wrong / no_answer /
 timeout / error) and ``extracted`` (what was graded, or None); it may add ``score`` (a
 fraction in [0, 1], e.g. instructions met) and verifier-specific details. The pool
-(rlvr.verifiers.pool) adds ``verifier``, ``version``, ``duration_s`` and maps status (or
+(rlvr.verification.pool) adds ``verifier``, ``version``, ``duration_s`` and maps status (or
 score) to reward through the reward table. It runs verify in killable worker processes,
 so verify itself need not guard against hangs.
 

@@ -19,7 +19,7 @@ with a size guard), and only then math-verify's symbolic comparison (sympy). The
 cases never import sympy's machinery. Two known math-verify false positives are avoided:
 floats that agree to 6 decimals but differ (``0.0000672`` vs ``0.0000673``) and an
 equation that collapses to its right-hand side (``x^2-4=0`` graded equal to ``0``).
-math-verify's own SIGALRM timeouts are switched off: the pool (rlvr.verifiers.pool) runs
+math-verify's own SIGALRM timeouts are switched off: the pool (rlvr.verification.pool) runs
 this module in killable worker processes and enforces the wall-clock timeout.
 
 Config keys: ``mode`` (default | strict-match | flexible-extract), ``last_number``

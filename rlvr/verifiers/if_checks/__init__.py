@@ -1,10 +1,11 @@
 """Instruction-following checks: the registries and the evaluator behind the IF verifiers.
 
-Three registries of upstream checkers, vendored with their licences (see NOTICE here):
+Three registries of upstream checkers, vendored with their licences in
+``rlvr.verifiers.vendored`` (see rlvr/verifiers/vendored/NOTICE):
 
-- ``ifeval``: Google's IFEval, 25 instruction types (module ``ifeval``);
-- ``if_multi``: open-instruct's IFEvalG, IFEval's 25 plus 29 more (module ``ifevalg``);
-- ``ifbench``: AllenAI's IFBench, 58 out-of-distribution types plus IFEval's 25 (``ifbench``).
+- ``ifeval``: Google's IFEval, 25 instruction types (module ``vendored.ifeval``);
+- ``if_multi``: open-instruct's IFEvalG, IFEval's 25 plus 29 more (module ``vendored.ifevalg``);
+- ``ifbench``: AllenAI's IFBench, 58 out-of-distribution types plus IFEval's 25 (``vendored.ifbench``).
 
 ``evaluate`` scores one response against a record's ``instruction_id_list`` and
 ``kwargs`` the way the reference implementations do: strict = each checker on the
@@ -22,9 +23,9 @@ from typing import Any
 from rlvr.verifiers.if_checks import nlp
 
 REGISTRIES = {
-    "ifeval": "rlvr.verifiers.if_checks.ifeval",
-    "if_multi": "rlvr.verifiers.if_checks.ifevalg",
-    "ifbench": "rlvr.verifiers.if_checks.ifbench",
+    "ifeval": "rlvr.verifiers.vendored.ifeval",
+    "if_multi": "rlvr.verifiers.vendored.ifevalg",
+    "ifbench": "rlvr.verifiers.vendored.ifbench",
 }
 
 

@@ -29,7 +29,7 @@ import random
 import re
 from importlib import resources
 
-from rlvr.verifiers.if_checks import nltk_port
+from rlvr.verifiers.vendored import nltk_port
 
 RNG = random.Random(0)
 

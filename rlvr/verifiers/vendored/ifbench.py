@@ -39,9 +39,10 @@ from collections import Counter
 import emoji
 import syllapy
 
-from rlvr.verifiers.if_checks import nlp, util
-from rlvr.verifiers.if_checks.ifeval import INSTRUCTION_DICT as _IFEVAL
-from rlvr.verifiers.if_checks.ifeval import Instruction
+from rlvr.verifiers.if_checks import nlp
+from rlvr.verifiers.vendored import util
+from rlvr.verifiers.vendored.ifeval import INSTRUCTION_DICT as _IFEVAL
+from rlvr.verifiers.vendored.ifeval import Instruction
 from rlvr.verifiers.if_checks.nlp import RNG as rng
 
 # The number of keywords.

@@ -29,13 +29,14 @@ reseeded generator), and ``CopySpanIdxChecker`` keeps a given ``n_start`` of 0.
 
 import re
 
-from rlvr.verifiers.if_checks import nlp, util
-from rlvr.verifiers.if_checks.ifeval import (
+from rlvr.verifiers.if_checks import nlp
+from rlvr.verifiers.vendored import util
+from rlvr.verifiers.vendored.ifeval import (
     _COMPARISON_RELATION,
     _KEYWORD_FREQUENCY,
     Instruction,
 )
-from rlvr.verifiers.if_checks.ifeval import INSTRUCTION_DICT as _IFEVAL
+from rlvr.verifiers.vendored.ifeval import INSTRUCTION_DICT as _IFEVAL
 from rlvr.verifiers.if_checks.nlp import RNG as rng
 
 # phrases

@@ -39,7 +39,8 @@ import re
 import string
 from collections.abc import Sequence
 
-from rlvr.verifiers.if_checks import nlp, util
+from rlvr.verifiers.if_checks import nlp
+from rlvr.verifiers.vendored import util
 from rlvr.verifiers.if_checks.nlp import RNG as rng
 
 logger = logging.getLogger(__name__)

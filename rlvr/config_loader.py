@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from rlvr.cli import ConfigError
+from rlvr.errors import ConfigError
 
 T = TypeVar("T")
 

@@ -32,12 +32,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any, BinaryIO
 
 from rlvr.engines.base import EngineError, EngineOptions, PromptIds, Result, Sampling, encode_prompt, prompt_seed
+from rlvr.errors import UsageError
+from rlvr.progress import Progress
 from rlvr.records import RecordWriter, is_error_record, read_records
 
 CHAT_MODES = ("auto", "on", "off")
 
 
-class PromptError(ValueError):
+class PromptError(UsageError, ValueError):
     """A record whose prompt cannot be used with these settings (names the record)."""
 
 
@@ -163,31 +165,6 @@ def record_stdout() -> Iterator[BinaryIO]:
             os.close(saved)
 
 
-class _Progress:
-    def __init__(self, total: int, enabled: bool | None):
-        self.bar = None
-        self.tokens = 0
-        self.start = time.monotonic()
-        if enabled is None:
-            enabled = sys.stderr.isatty()
-        if enabled and total:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total, desc="rollout", unit="prompt", file=sys.stderr, dynamic_ncols=True,
-                            mininterval=0.5)
-
-    def update(self, tokens: int) -> None:
-        self.tokens += tokens
-        if self.bar is not None:
-            self.bar.update(1)
-            rate = self.tokens / max(time.monotonic() - self.start, 1e-9)
-            self.bar.set_postfix_str(f"{rate:,.0f} tok/s", refresh=False)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
 def build_engine(settings: RolloutSettings, warn: Callable[[str], None] | None = None) -> Any:
     """One engine, or an EnginePool when settings.gpus names devices."""
     if settings.gpus:
@@ -287,7 +264,8 @@ def run(records: list[dict], settings: RolloutSettings, writer: RecordWriter, *,
         ready: dict[int, dict] = {}
         seeds: dict[int, int | None] = {}
         nxt = 0
-        bar = _Progress(sum(1 for r in records if not is_error_record(r)), progress)
+        bar = Progress(sum(1 for r in records if not is_error_record(r)), "rollout", progress, unit="prompt",
+                       rate_unit="tok/s")
 
         def requests() -> Iterator[tuple[int, PromptIds, int | None]]:
             for pos, rec in enumerate(records):
@@ -310,7 +288,7 @@ def run(records: list[dict], settings: RolloutSettings, writer: RecordWriter, *,
                 if len(ids) > limit:
                     ready[pos] = too_long(rec, len(ids), limit, meta, why)
                     stats.unusable["prompt_too_long"] += 1
-                    bar.update(0)
+                    bar.update(1)
                     continue
                 key = rec.get("id")
                 seed = None if sampling.seed is None else prompt_seed(sampling.seed, key if isinstance(key, str) else ids)
@@ -335,7 +313,7 @@ def run(records: list[dict], settings: RolloutSettings, writer: RecordWriter, *,
             stats.prompt_tokens += res.prompt_tokens
             toks = sum(res.completion_tokens)
             stats.completion_tokens += toks
-            bar.update(toks)
+            bar.update(1, extra=toks)
             flush()
         flush()
         if nxt != len(records):

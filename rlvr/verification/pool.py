@@ -46,7 +46,7 @@ import orjson
 
 from rlvr.records import STATUSES, is_error_record, loads, to_json
 from rlvr.verifiers import MODULES
-from rlvr.verifiers.rewards import RewardTable
+from rlvr.verification.rewards import RewardTable
 
 DEFAULT_TIMEOUT_S = 5.0
 STARTUP_TIMEOUT_S = 120.0  # python start + verifier import + warmup, on a loaded machine
@@ -266,7 +266,7 @@ class VerifierPool:
     jobs: worker processes (default: the usable cores). timeout: seconds per verification,
     a {verifier: seconds} dict, or None for each verifier's own default. config: verifier
     options (nested, dotted or prefixed, see normalize_config). reward_table/reward_mode:
-    see rlvr.verifiers.rewards. verifier: force this verifier for every record.
+    see rlvr.verification.rewards. verifier: force this verifier for every record.
     chunk_size: completions per message to a worker (small records are batched, large ones
     split). window: records in flight (memory bound). memory_mb: address-space limit per
     worker (None: none). modules: verifier name -> module (default rlvr.verifiers.MODULES).
@@ -428,7 +428,7 @@ class VerifierPool:
         env = dict(os.environ)
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env.setdefault("OMP_NUM_THREADS", "1")
-        code = "import sys; from rlvr.verifiers.pool import _worker_main; _worker_main(int(sys.argv[1]), int(sys.argv[2]))"
+        code = "import sys; from rlvr.verification.pool import _worker_main; _worker_main(int(sys.argv[1]), int(sys.argv[2]))"
         try:
             proc = subprocess.Popen([sys.executable, "-c", code, str(r1), str(w2)], pass_fds=(r1, w2),
                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,

@@ -1,0 +1,133 @@
+"""The sandbox's two wire codecs agree: rlvr.sandbox.remote (the trusted side) and the
+stdlib-only copy in rlvr.sandbox.zygote (which runs inside bubblewrap and cannot import
+rlvr). Every value that may cross is encoded on one side, sent as a frame and decoded on
+the other, both ways; a tag added or changed on one side only fails here."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from decimal import Decimal
+from fractions import Fraction
+
+import pytest
+
+from rlvr.sandbox import remote, zygote
+from rlvr.sandbox.server import Limits, Session
+
+VALUES = [
+    None, True, False, 0, -7, 2**62 - 1, 2**62, -(2**62), 2**200, -(3**90), 1.5, -0.0, math.inf, -math.inf,
+    "", "ascii", "naïve ∑ 😀", "lone \ud800 surrogate", [1, [2, [3]]], (1, "a", (2.5,)), (), {"k": 1, 2: (3, 4)},
+    {1, 2, 3}, frozenset({"a", "b"}), b"\x00\xffbytes", bytearray(b"ba"), complex(1.5, -2.0), Decimal("3.14159"),
+    Fraction(-22, 7), Fraction(2**70, 3), {"nested": [{"t": (b"x", {frozenset({1})})}]}, [[], {}, set()],
+]
+
+
+def same(a, b) -> bool:
+    """Equal with the same type at every level (NaN-free values)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return len(a) == len(b) and all(k in b and same(v, b[k]) for k, v in a.items()) and \
+            all(same(k, next(k2 for k2 in b if k2 == k)) for k in a)
+    if isinstance(a, float) and a == 0:
+        return math.copysign(1, a) == math.copysign(1, b)
+    return a == b
+
+
+@pytest.fixture
+def sides():
+    link = remote.Link(Session(None, Limits()))
+    saved = sys.modules.get("solution")
+    agent = zygote.Agent(-1)
+    yield link, agent
+    if saved is None:
+        sys.modules.pop("solution", None)
+    else:
+        sys.modules["solution"] = saved
+
+
+def through_frame(obj):
+    """Send obj as the zygote frames it and read it back as the trusted side parses frames."""
+    r, w = os.pipe()
+    try:
+        zygote.send_frame(w, {"v": obj})
+        os.close(w)
+        w = -1
+        data = b""
+        while chunk := os.read(r, 1 << 16):
+            data += chunk
+    finally:
+        os.close(r)
+        if w >= 0:
+            os.close(w)
+    s = Session(None, Limits())
+    s.buf = bytearray(data)
+    frame = s._frame()
+    assert frame is not None and not s.buf
+    return frame["v"]
+
+
+def to_zygote(obj):
+    """What the trusted side sends (JSON text, as Session.request writes it), as the zygote reads it."""
+    r, w = os.pipe()
+    data = json.dumps({"v": obj}, separators=(",", ":"), allow_nan=True).encode()
+    os.write(w, len(data).to_bytes(4, "big") + data)
+    os.close(w)
+    try:
+        return zygote.recv_frame(r)["v"]
+    finally:
+        os.close(r)
+
+
+@pytest.mark.parametrize("value", VALUES, ids=[f"{type(v).__name__}-{i}" for i, v in enumerate(VALUES)])
+def test_trusted_to_sandbox_and_back(sides, value):
+    link, agent = sides
+    inside = agent.dec(to_zygote(remote.encode(value, link)))
+    assert same(inside, value), (inside, value)
+    back = remote.decode(through_frame(agent.encode(inside)), link)
+    assert same(back, value), (back, value)
+
+
+def test_nan_crosses_both_ways(sides):
+    link, agent = sides
+    assert math.isnan(agent.dec(to_zygote(remote.encode(math.nan, link))))
+    assert math.isnan(remote.decode(through_frame(agent.encode(math.nan)), link))
+
+
+def test_names_and_handles_cross(sides):
+    link, agent = sides
+    # Built-ins and standard-library attributes travel by name and are the same object inside.
+    assert agent.dec(to_zygote(remote.encode(len, link))) is len
+    assert agent.dec(to_zygote(remote.encode(math.sqrt, link))) is math.sqrt
+    # What the sandbox cannot send as a value comes out as a handle, which goes back as itself.
+    gen = (i for i in range(3))
+    h = remote.decode(through_frame(agent.encode(gen)), link)
+    assert isinstance(h, remote.Remote)
+    assert agent.dec(to_zygote(remote.encode(h, link))) is gen
+
+
+def test_every_tag_the_trusted_side_writes_the_sandbox_reads(sides):
+    # Tags each side writes, found by encoding VALUES (plus names and a handle): the reader on
+    # the other side must know every one of them.
+    link, agent = sides
+
+    def tags(x, out):
+        if isinstance(x, list):
+            for i in x:
+                tags(i, out)
+        elif isinstance(x, dict):
+            for k, v in x.items():
+                if k.startswith("$"):
+                    out.add(k)
+                tags(v, out)
+        return out
+
+    out_trusted = tags([remote.encode(v, link) for v in VALUES] + [remote.encode(len, link)], set())
+    out_sandbox = tags([agent.encode(v) for v in VALUES] + [agent.encode(iter(()))], set())
+    assert {"$t", "$d", "$s", "$f", "$i", "$u", "$b", "$y", "$c", "$D", "$F", "$n"} <= out_trusted
+    assert {"$t", "$d", "$s", "$f", "$i", "$u", "$b", "$y", "$c", "$D", "$F", "$h"} <= out_sandbox
