@@ -20,6 +20,7 @@ import contextlib
 import os
 import re
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, BinaryIO
 
@@ -346,18 +347,20 @@ def open_resumable(path: str) -> tuple[list[dict], BinaryIO]:
 
 
 @contextlib.contextmanager
-def atomic_file(path: str) -> Iterator[BinaryIO]:
+def atomic_file(path: str, sync: bool = True) -> Iterator[BinaryIO]:
     """A binary file handle whose content appears at `path` only when the block ends without
-    error: written to a temp file in the same folder, fsynced, renamed over `path`. rlvr's
-    one atomic write (manifests, summaries, tables, trainer state)."""
+    error: written to a temp file in the same folder (one per process and thread), fsynced
+    unless `sync` is False (state a crash may lose, written often), renamed over `path`.
+    rlvr's one atomic write (manifests, summaries, tables, trainer state, transfer state)."""
     d = os.path.dirname(os.path.abspath(path)) or "."
     os.makedirs(d, exist_ok=True)
-    tmp = os.path.join(d, f".{os.path.basename(path)}.tmp{os.getpid()}")
+    tmp = os.path.join(d, f".{os.path.basename(path)}.tmp{os.getpid()}.{threading.get_ident()}")
     try:
         with open(tmp, "wb") as fh:
             yield fh
             fh.flush()
-            os.fsync(fh.fileno())
+            if sync:
+                os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -365,9 +368,9 @@ def atomic_file(path: str) -> Iterator[BinaryIO]:
         raise
 
 
-def atomic_write(path: str, data: bytes) -> None:
+def atomic_write(path: str, data: bytes, sync: bool = True) -> None:
     """Write a whole file atomically (see atomic_file)."""
-    with atomic_file(path) as fh:
+    with atomic_file(path, sync) as fh:
         fh.write(data)
 
 

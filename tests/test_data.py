@@ -251,7 +251,7 @@ def test_training_stream_orders_datasets_one_by_one(tmp_path):
 
 
 def test_shipped_mix_config_and_its_curricula():
-    from rlvr.config import load_config
+    from rlvr.config_loader import load_config
     from rlvr.data import read_order
     from rlvr.train.config import TrainConfig
 

@@ -151,7 +151,7 @@ def test_train_traces_reach_s3_before_the_next_checkpoint(s3env, bucket, tmp_pat
     with the uploads mapped to another layout (the one of a SageMaker job)."""
     import time
 
-    from rlvr.config import load_config, to_yaml
+    from rlvr.config_loader import load_config, to_yaml
     from rlvr.s3 import BackgroundUploader, watch
     from rlvr.tiny import build
     from rlvr.train.config import TrainConfig

@@ -560,7 +560,7 @@ def test_layout_maps_run_folder_paths_to_keys():
 
 
 def test_upload_settings_in_a_training_config(tmp_path):
-    from rlvr.config import load_config
+    from rlvr.config_loader import load_config
     from rlvr.errors import UsageError
     from rlvr.train.config import TrainConfig, check
 

@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from helpers import REPO
-from rlvr.config import load_config, to_yaml
+from rlvr.config_loader import load_config, to_yaml
 from rlvr.errors import UsageError
 from rlvr.train.config import TrainConfig, check
 from rlvr.train.loop import train

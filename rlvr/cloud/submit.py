@@ -15,7 +15,6 @@ import json
 import os
 import re
 import shutil
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -106,7 +105,7 @@ class Submitter:
         o = self.o
         if not os.path.isfile(o.config):
             raise UsageError(f"{o.config}: no such config file")
-        from rlvr.config import load_config
+        from rlvr.config_loader import load_config
         from rlvr.train.config import TrainConfig
 
         cfg = load_config(TrainConfig, o.config, list(o.sets))  # bad keys and values: exit 2 here, not in the job
@@ -355,7 +354,3 @@ def describe(name: str, region: str | None = None, profile: str | None = None) -
     aws.require_region()
     aws.require_credentials()
     return sm_describe(aws, name)
-
-
-def stderr_log(prog: str) -> Callable[[str], None]:
-    return lambda m: print(f"{prog}: {m}", file=sys.stderr, flush=True)

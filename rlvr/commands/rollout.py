@@ -111,13 +111,12 @@ def cmd(files, keep_going, model, engine, n, temperature, top_p, top_k, max_toke
         raise ConfigError("--model is required (or set RLVR_MODEL)")
     if output:
         check_output_file(output, "--output")
-    say = warn
     try:
         if output:
-            _, stats = run_to_file(records, settings, output, progress=progress, warn=say)
+            _, stats = run_to_file(records, settings, output, progress=progress, warn=warn)
         else:
             with record_stdout() as stream:
-                stats = rollout(records, settings, RecordWriter(stream), progress=progress, warn=say)
+                stats = rollout(records, settings, RecordWriter(stream), progress=progress, warn=warn)
     except BrokenPipeError:  # `| head`: end quietly (click would turn EPIPE into exit 1)
         raise click.exceptions.Exit(0) from None
     # CheckpointError and PromptError (exit 2), EngineError (exit 1): rlvr.cli.run maps them.

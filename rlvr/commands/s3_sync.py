@@ -7,10 +7,9 @@ import sys
 
 import click
 
-from rlvr.cli import Failure, run, warn, with_examples
+from rlvr.cli import Failure, run, say, warn, with_examples
 from rlvr.records import RecordWriter
 
-PROG = "rlvr-s3-sync"
 CRON = "*/10 * * * * rlvr-s3-sync watch $(date +\\%Y\\%m\\%d) --src s3://bucket/jobs/ --dest $HOME/results >> $HOME/results/watch.log 2>&1"
 
 HELP = with_examples(
@@ -70,10 +69,10 @@ def _transfer(endpoint_url, workers=8, part_size=8):
 
 
 def _finish(report, verb: str) -> None:
-    click.echo(f"{PROG}: {verb}: {report.summary()}", err=True)
+    say(f"{verb}: {report.summary()}")
     if report.failed:
         for path, msg in report.failed[:5]:
-            click.echo(f"{PROG}: failed: {msg}", err=True)
+            say(f"failed: {msg}")
         raise Failure(f"{len(report.failed)} transfer(s) failed; run again to retry them")
 
 
@@ -121,7 +120,7 @@ def pull(s3_uri, dir, endpoint_url, include, exclude, delete, dry_run, workers, 
                      transfer=_transfer(endpoint_url, workers, part_size), progress=progress,
                      on_action=lambda a: out.write(a.record()))
     if not (report.actions or report.skipped or report.failed):
-        warn(f"nothing under {s3_uri.rstrip('/')}/ (pull takes a prefix: s3://bucket/prefix/JOB)", PROG)
+        warn(f"nothing under {s3_uri.rstrip('/')}/ (pull takes a prefix: s3://bucket/prefix/JOB)")
     _finish(report, "pull")
 
 
@@ -157,16 +156,16 @@ def watch(pattern, src, dest, interval, idle_exit, files, lock, endpoint_url):
     try:
         held = WatchLock(lock or os.path.join(dest, WATCH_LOCK)).acquire()
     except LockHeld as e:
-        click.echo(f"{PROG}: {e}; exiting", err=True)
+        say(f"{e}; exiting")
         return
     out = RecordWriter(sys.stdout.buffer)
     try:
         n = do_watch(pattern, src, dest, files=files or WATCH_FILES, interval=interval, idle_exit=idle_exit,
                      transfer=_transfer(endpoint_url, 4), on_action=lambda a: out.write(a.record()),
-                     log=lambda m: click.echo(f"{PROG}: {m}", err=True))
-        click.echo(f"{PROG}: watch: {n} download(s)", err=True)
+                     log=say)
+        say(f"watch: {n} download(s)")
     finally:
         held.release()
 
 
-main = run(cmd, PROG)
+main = run(cmd)

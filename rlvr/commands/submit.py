@@ -7,9 +7,8 @@ import sys
 
 import click
 
-from rlvr.cli import UsageError, run, with_examples
+from rlvr.cli import UsageError, run, say, with_examples
 
-PROG = "rlvr-submit"
 
 HELP = with_examples(
     """Submit rlvr-train CONFIG as a SageMaker training job in the project's image.
@@ -96,7 +95,7 @@ rlvr-submit --describe annotations-adhoc-20261123-101500
 @click.option("--dry-run", is_flag=True, help="Print the request and the docker commands; send and run nothing.")
 @click.option("--describe", "describe_job", metavar="JOB", help="Print the status of a submitted job (JSON) and exit.")
 def cmd(config, describe_job, **kw):
-    from rlvr.cloud.submit import SubmitOptions, Submitter, describe, stderr_log
+    from rlvr.cloud.submit import SubmitOptions, Submitter, describe
 
     if describe_job:
         if config:
@@ -106,10 +105,10 @@ def cmd(config, describe_job, **kw):
     if not config:
         raise UsageError("missing CONFIG (or --describe JOB)")
     kw = {k: (list(v) if isinstance(v, tuple) else v) for k, v in kw.items()}
-    Submitter(SubmitOptions(config=config, **kw), out=lambda s: sys.stdout.write(s + "\n"), log=stderr_log(PROG)).run()
+    Submitter(SubmitOptions(config=config, **kw), out=lambda s: sys.stdout.write(s + "\n"), log=say).run()
 
 
-main = run(cmd, PROG)
+main = run(cmd)
 
 
 if __name__ == "__main__":

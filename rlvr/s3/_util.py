@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from typing import Any
 
 
@@ -25,15 +24,10 @@ def read_json(path: str) -> dict:
 
 
 def write_json(path: str, obj: dict, sync: bool = True) -> None:
-    if sync:
-        from rlvr.records import atomic_write
+    """Transfer state as sorted JSON, written with rlvr's one atomic write (fsynced when `sync`)."""
+    from rlvr.records import atomic_write
 
-        atomic_write(path, json.dumps(obj, sort_keys=True).encode())
-        return
-    tmp = f"{path}.tmp{os.getpid()}.{threading.get_ident()}"
-    with open(tmp, "w") as fh:
-        json.dump(obj, fh, sort_keys=True)
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(obj, sort_keys=True).encode(), sync)
 
 
 def unlink_quiet(path: str) -> None:

@@ -7,7 +7,6 @@ import dataclasses
 import fnmatch
 import os
 import shutil
-import sys
 import tarfile
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -15,6 +14,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from typing import Any
 
 from rlvr.errors import S3Error, S3UsageError
+from rlvr.progress import Progress
 from rlvr.s3._util import human, read_json, unlink_quiet, write_json
 from rlvr.s3.checksums import DEFAULT_PART_SIZE, snapshot_size
 from rlvr.s3.client import AUTH_CODES
@@ -57,29 +57,9 @@ class SyncReport:
 
 
 
-class _Progress:
-    """A byte progress bar on stderr (thread-safe), or nothing."""
-
-    def __init__(self, total: int, desc: str, enabled: bool | None):
-        self.bar = None
-        self.lock = threading.Lock()
-        if enabled is None:
-            enabled = sys.stderr.isatty()
-        if enabled and total > 0:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024,
-                            file=sys.stderr, dynamic_ncols=True, mininterval=0.5)
-
-    def __call__(self, n: int) -> None:
-        if self.bar is not None:
-            with self.lock:
-                self.bar.update(n)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
+def _bytes_bar(total: int, desc: str, enabled: bool | None) -> Progress:
+    """A byte progress bar on stderr (thread-safe: transfer threads advance it), or nothing."""
+    return Progress(total, desc, enabled, unit="B", unit_scale=True, unit_divisor=1024)
 
 
 def selected(rel: str, include: Iterable[str] = (), exclude: Iterable[str] = ()) -> bool:
@@ -201,7 +181,7 @@ def push(local_dir: str, s3_uri: str, include: Iterable[str] = (), exclude: Iter
             report.actions.append(act)
             on_action and on_action(act)
     else:
-        bar = _Progress(sum(s for _, _, s in todo), "push", progress)
+        bar = _bytes_bar(sum(s for _, _, s in todo), "push", progress)
         saved_on_bytes = t.on_bytes
         if bar.bar is not None:
             t.on_bytes = bar
@@ -305,7 +285,7 @@ def pull(s3_uri: str, local_dir: str, include: Iterable[str] = (), exclude: Iter
             report.actions.append(act)
             on_action and on_action(act)
     else:
-        bar = _Progress(sum(o.size for o, _, _ in todo), "pull", progress)
+        bar = _bytes_bar(sum(o.size for o, _, _ in todo), "pull", progress)
         saved_on_bytes = t.on_bytes
         if bar.bar is not None:
             t.on_bytes = bar

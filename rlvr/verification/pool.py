@@ -42,8 +42,6 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-import orjson
-
 from rlvr.records import STATUSES, is_error_record, loads, to_json
 from rlvr.verifiers import MODULES
 from rlvr.verification.rewards import RewardTable
