@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from helpers import DATA, REPO, invoke
-from rlvr import evaluate as ev
+from rlvr.eval import runner as ev
 from rlvr.passk import pass_at_k
 
 GSM8K = os.path.join(DATA, "eval", "gsm8k_test.jsonl")

@@ -1,4 +1,4 @@
-"""rlvr-eval: canonical checkpoint evaluation, a watch loop and results tables (see rlvr.evaluate)."""
+"""rlvr-eval: canonical checkpoint evaluation, a watch loop and results tables (see rlvr.eval)."""
 
 from __future__ import annotations
 
@@ -63,7 +63,19 @@ def _sources(values: tuple[str, ...], benchmarks: list[str]) -> dict[str, str]:
 
 @click.command(help=HELP)
 @click.argument("paths", nargs=-1, metavar="[CKPT] OUT_DIR")
-@click.option("-b", "--benchmark", "benchmarks", multiple=True, metavar="NAME", help="gsm8k, math, math500, mbpp, humaneval, ifeval, ifbench or toy (repeatable).")
+@click.option("-b", "--benchmark", "benchmarks", multiple=True, metavar="NAME",
+              help="lm-eval's gsm8k, gsm8k_cot, minerva_math, hendrycks_math, mbpp, humaneval, ifeval; math_qwen; "
+                   "rlvr's math, math500, ifbench, if_multi, toy (repeatable).")
+@click.option("--shots", type=click.IntRange(min=0), metavar="N",
+              help="lm-eval tasks: few-shot examples (default: gsm8k 8, gsm8k_cot 8, minerva_math 4, hendrycks_math 4, "
+                   "math_qwen 4, mbpp 3, humaneval 0, ifeval 0).")
+@click.option("--harness", type=click.Choice(["rlvr", "lm-eval"]), default="rlvr", show_default=True,
+              help="lm-eval: run lm-evaluation-harness's own vLLM backend under the standard template "
+                   "(OUT_DIR/<task>_<N>shot/).")
+@click.option("--harness-python", metavar="PATH", help="--harness lm-eval: the Python interpreter that has lm-eval "
+                                                        "(a harness kept in its own virtualenv).")
+@click.option("--tensor-parallel-size", type=int, default=1, show_default=True,
+              help="Always 1: anything else fails (tensor parallelism changes scores of small models).")
 @click.option("--gpu", metavar="N", help="Run on this GPU (sets CUDA_VISIBLE_DEVICES).")
 @click.option("--gpus", metavar="0,1,...|auto", help="One engine per GPU (auto: the free ones); with --watch, one job per GPU.")
 @click.option("--pass-at-k", type=click.IntRange(min=1), metavar="N", help="N samples per prompt at temperature 1.0, and pass@k.")
@@ -76,7 +88,8 @@ def _sources(values: tuple[str, ...], benchmarks: list[str]) -> dict[str, str]:
 @click.option("--format", "fmt", type=click.Choice(["markdown", "csv"]), default="markdown", show_default=True, help="--table format.")
 @click.option("--engine", type=click.Choice(["vllm", "hf"]), default="vllm", show_default=True, help="Generation engine.")
 @click.option("--dtype", type=click.Choice(["bfloat16", "float16", "float32", "auto"]), default="bfloat16", show_default=True, help="Canonical: bfloat16.")
-@click.option("--max-model-len", type=click.IntRange(min=1), help="Context length (default: the model's).")
+@click.option("--max-model-len", type=click.IntRange(min=1), default=4096, show_default=True,
+              help="Context length (lm-eval's standard template: 4096; smaller for small-context models).")
 @click.option("--kv-cache-gib", type=click.FloatRange(min=0, min_open=True), help="KV cache size in GiB (CUDA: instead of the memory utilization; CPU default 4).")
 @click.option("--source", "sources", multiple=True, metavar="[BENCH=]PATH", help="Local rows of a benchmark (repeatable).")
 @click.option("--limit", type=click.IntRange(min=1), help="Only the first N prompts (a smoke test, not a canonical number).")
@@ -85,9 +98,9 @@ def _sources(values: tuple[str, ...], benchmarks: list[str]) -> dict[str, str]:
 @click.option("--verify-jobs", type=click.IntRange(min=1), help="Verifier worker processes (default: the cores).")
 @click.option("--subdirs", is_flag=True, help="Write OUT_DIR/<benchmark>/ even for one benchmark.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar on stderr (default: on a terminal).")
-def cmd(paths, benchmarks, gpu, gpus, pass_at_k, pattern, interval, once, idle_exit, shard, table, fmt, engine, dtype,
+def cmd(paths, benchmarks, shots, harness, harness_python, tensor_parallel_size, gpu, gpus, pass_at_k, pattern, interval, once, idle_exit, shard, table, fmt, engine, dtype,
         max_model_len, kv_cache_gib, sources, limit, max_tokens, chat, verify_jobs, subdirs, progress):
-    from rlvr import evaluate as ev
+    from rlvr.eval import runner as ev
 
     if table:
         if len(paths) != 1:
@@ -105,10 +118,30 @@ def cmd(paths, benchmarks, gpu, gpus, pass_at_k, pattern, interval, once, idle_e
     benchmarks = list(dict.fromkeys(benchmarks))
     if not benchmarks:
         raise click.UsageError("give at least one --benchmark")
-    unknown = [b for b in benchmarks if b not in ev.BENCHMARKS]
+    known = ev.known_benchmarks()
+    unknown = [b for b in benchmarks if b not in known]
     if unknown:
-        raise ConfigError(f"unknown benchmark {unknown[0]!r} (known: {', '.join(ev.BENCHMARKS)})")
-    opts = ev.EvalOptions(engine=engine, dtype=dtype, max_model_len=max_model_len, kv_cache_gib=kv_cache_gib,
+        raise ConfigError(f"unknown benchmark {unknown[0]!r} (known: {', '.join(known)})")
+    if tensor_parallel_size != 1:
+        raise ConfigError(f"--tensor-parallel-size {tensor_parallel_size}: evaluations run with tensor parallel 1 "
+                          "only (tensor parallelism made small models score 10% instead of 28% on minerva_math); "
+                          "spread checkpoints or tasks over GPUs instead")
+    if harness == "lm-eval":
+        from rlvr.eval import harness as hz
+
+        if pattern or len(paths) != 2:
+            raise click.UsageError("--harness lm-eval takes CKPT OUT_DIR")
+        check_output_dir(paths[1], "OUT_DIR")
+        for b in benchmarks:
+            res = hz.run_lm_eval(paths[0], paths[1], b, shots=shots, source=_sources(sources, benchmarks).get(b),
+                                 python=harness_python, limit=limit, dtype=dtype, max_model_len=max_model_len,
+                                 log=lambda m: click.echo(f"rlvr-eval: {m}", err=True))
+            sys.stdout.write(orjson.dumps(res).decode() + "\n")
+            sys.stdout.flush()
+        return
+    if harness_python:
+        raise click.UsageError("--harness-python goes with --harness lm-eval")
+    opts = ev.EvalOptions(engine=engine, dtype=dtype, max_model_len=max_model_len, kv_cache_gib=kv_cache_gib, shots=shots,
                           source=_sources(sources, benchmarks), limit=limit, max_tokens=max_tokens, chat=chat,
                           pass_at_k=pass_at_k, verify_jobs=verify_jobs, progress=progress)
     say = functools.partial(warn, prog="rlvr-eval")

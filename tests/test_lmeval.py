@@ -1,0 +1,172 @@
+"""Parity with lm-evaluation-harness on its standard tasks, built offline from the slices in
+tests/data/lmeval (README there): the prompt of each rlvr record is byte-identical to the
+context lm-eval's own evaluator sends to a model (`simple_evaluate` with --num_fewshot N and
+--seed 42, driven by a model that records its requests), the stop sequences and generation
+length are lm-eval's, and rlvr's per-sample scores on the same completions equal the metrics
+lm-eval logs for each sample, filter by filter, and its aggregated results."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from helpers import DATA
+
+pytest.importorskip("lm_eval")
+from lm_eval.api.model import LM  # noqa: E402
+
+from rlvr.eval import tasks as T  # noqa: E402
+
+D = os.path.join(DATA, "lmeval")
+SOURCES = {"gsm8k": f"{D}/gsm8k", "gsm8k_cot": f"{D}/gsm8k", "minerva_math": f"{D}/math",
+           "hendrycks_math": f"{D}/math", "math_qwen": f"{D}/math", "mbpp": f"{D}/mbpp/mbpp.jsonl",
+           "humaneval": f"{D}/humaneval", "ifeval": f"{D}/ifeval/train.jsonl"}
+
+
+def _completion(name: str, doc: dict, i: int) -> str:
+    """Realistic completions, right and wrong, that exercise each task's filters."""
+    if name in ("gsm8k", "gsm8k_cot"):
+        body, _, gold = doc["answer"].rpartition("#### ")
+        return [f" {body.strip()}\n#### {gold}\n\n", f" {body.strip()} The answer is {gold}.\n\n",
+                " She makes $1,234.50 a day. The answer is 7.", " I do not know."][i % 4]
+    if name in ("minerva_math", "hendrycks_math", "math_qwen"):
+        from rlvr.textutil import last_boxed
+
+        ans = last_boxed(doc["solution"])
+        return [f"\n{doc['solution']}\nFinal Answer: The final answer is ${ans}$. I hope it is correct.",
+                f" ${ans}$", f" We get $x=3$. The answer is $\\boxed{{{ans}}}$.",
+                "\nFinal Answer: The final answer is $-17$. I hope it is correct."][i % 4]
+    if name == "mbpp":
+        return [doc["code"] + "\n", "def nothing():\n    pass\n", doc["code"]][i % 3]
+    if name == "humaneval":
+        return [doc["canonical_solution"], "    return None\n"][i % 2]
+    return RESPONSES[doc["prompt"]]
+
+
+RESPONSES: dict[str, str] = {}
+
+
+class RecordingLM(LM):
+    """A model for lm-eval's evaluator: records each request's context and generation
+    arguments and answers with the completion chosen for its document."""
+
+    def __init__(self, name: str):
+        super().__init__()
+        self.name = name
+        self.seen: list[tuple[str, dict]] = []
+
+    def generate_until(self, requests, disable_tqdm=False):
+        out = []
+        for req in requests:
+            ctx, gen = req.args
+            self.seen.append((ctx, dict(gen)))
+            out.append(_completion(self.name, req.doc, req.doc_id))
+        return out
+
+    def loglikelihood(self, requests, disable_tqdm=False):
+        raise NotImplementedError
+
+    def loglikelihood_rolling(self, requests, disable_tqdm=False):
+        raise NotImplementedError
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _responses():
+    import orjson
+
+    for ln in open(f"{D}/ifeval/responses.jsonl", "rb"):
+        r = orjson.loads(ln)
+        RESPONSES[r["prompt"]] = r["response"]
+
+
+CASES = [("gsm8k", 8), ("gsm8k", 4), ("gsm8k_cot", 8), ("gsm8k_cot", 4), ("minerva_math", 4),
+         ("hendrycks_math", 4), ("math_qwen", 4), ("mbpp", 3), ("humaneval", 0), ("ifeval", 0)]
+
+
+@pytest.mark.parametrize("name,shots", CASES)
+def test_prompts_and_scores_equal_lm_evals_own_evaluator(name, shots):
+    from lm_eval.evaluator import simple_evaluate
+
+    limit = 4
+    recs = T.records(name, shots, 42, SOURCES[name], limit=limit)
+    _include, pairs = T._built(name, SOURCES[name])
+    local = dict(pairs)
+    lm = RecordingLM(name)
+    res = simple_evaluate(model=lm, tasks=list(local.values()), num_fewshot=shots, limit=limit, random_seed=42,
+                          numpy_random_seed=42, torch_random_seed=42, fewshot_random_seed=42, log_samples=True,
+                          task_manager=T.task_manager(), confirm_run_unsafe_code=True, bootstrap_iters=0)
+    theirs = {(stock, s["doc_id"]): s for stock, loc in local.items() for s in res["samples"][loc]}
+    contexts = {(stock, s["doc_id"]): s["arguments"][0] for (stock, _), s in theirs.items()}
+    assert len(recs) == len(contexts) >= min(limit, 4)
+
+    # prompt parity: context, stop sequences and generation length, byte for byte
+    for r in recs:
+        ctx, gen = contexts[(r["lm_eval"]["task"], r["lm_eval"]["doc_id"])]
+        assert r["prompt"] == ctx
+        assert r["stop"] == list(gen["until"])
+        assert r["max_tokens"] == int(gen.get("max_gen_toks", 256))
+    if shots:
+        assert all(r["prompt"].count("\n\n") >= shots or name == "mbpp" for r in recs)
+
+    # scoring parity: the same completions through rlvr's scorer and lm-eval's evaluator
+    for r in recs:
+        doc = theirs[(r["lm_eval"]["task"], r["lm_eval"]["doc_id"])]["doc"]
+        r["completions"] = [_completion(name, doc, r["lm_eval"]["doc_id"])]
+    ours = {(s["task"], s["doc_id"]): s for s in T.score(name, recs, shots, 42, SOURCES[name], limit=limit)}
+    by_filter: dict[tuple, dict] = {}
+    for stock, loc in local.items():
+        for s in res["samples"][loc]:
+            for m in s["metrics"]:
+                by_filter.setdefault((stock, s["doc_id"]), {})[f"{m},{s['filter']}"] = s[m]
+    assert by_filter and set(by_filter) == set(ours)
+    for key, metrics in by_filter.items():
+        assert ours[key]["metrics"] == metrics, key
+    # not all right and not all wrong: the completions exercise both verdicts
+    values = [v for m in by_filter.values() for v in m.values() if isinstance(v, (int, float, bool))]
+    assert 0 < sum(map(float, values)) < len(values)
+
+    # aggregation: lm-eval's per-task results (and the size-weighted mean over MATH subjects)
+    agg = T.aggregate(name, list(ours.values()))
+    for stock, loc in local.items():
+        theirs_res = res["results"][loc]
+        mine = agg[stock[len(name) + 1:]] if T.standard(name).subjects else agg["all"]
+        for k, v in mine.items():
+            assert theirs_res[k] == pytest.approx(v), (stock, k)
+    for k in T.standard(name).metrics:
+        assert k in agg["all"], k
+
+
+def test_gsm8k_shots_differ_per_document_and_follow_the_seed():
+    """gsm8k draws its few-shot examples from train with the few-shot seed (a different set per
+    document); gsm8k_cot uses its fixed exemplars."""
+    a = T.records("gsm8k", 4, 42, SOURCES["gsm8k"], limit=3)
+    b = T.records("gsm8k", 4, 7, SOURCES["gsm8k"], limit=3)
+    heads = [r["prompt"].split("\n\n")[0] for r in a]
+    assert len(set(heads)) > 1 and [r["prompt"] for r in a] != [r["prompt"] for r in b]
+    cot = T.records("gsm8k_cot", 8, 42, SOURCES["gsm8k"], limit=2)
+    assert cot[0]["prompt"].startswith("Q: There are 15 trees in the grove.")
+    assert cot[0]["prompt"].split("\n\n")[:8] == cot[1]["prompt"].split("\n\n")[:8]
+
+
+def test_math_tasks_cover_the_seven_subjects_and_hendrycks_warns():
+    recs = T.records("minerva_math", 4, 42, SOURCES["minerva_math"], limit=1)
+    assert sorted(r["subject"] for r in recs) == sorted(T.SUBJECTS)
+    assert all(r["prompt"].startswith("Problem:\nFind the domain of the expression") for r in recs)
+    assert T.standard("hendrycks_math").warning and "math_qwen" in T.standard("hendrycks_math").warning
+    q = T.records("math_qwen", 4, 42, SOURCES["math_qwen"], limit=1)[0]["prompt"]
+    shots = q.split("\n\nQuestion: ")
+    assert len(shots) == 5 and q.startswith("Question: ") and q.endswith("\nAnswer:")
+    assert all(s.rstrip(".").endswith("}$") and "\\boxed{" in s for s in shots[:4])
+
+
+def test_code_eval_stand_in_counts_true_as_one():
+    """MBPP task 414's reference solution returns True/False where the tests expect 1/0-like
+    values; code_eval (plain Python ==) passes it, and so does the stand-in."""
+    import orjson
+
+    row = next(orjson.loads(ln) for ln in open(SOURCES["mbpp"], "rb") if orjson.loads(ln)["task_id"] == 414)
+    ce = T.CodeEval()
+    scores, per = ce.compute(references=["\n".join(row["test_list"]), "assert f() == 2"],
+                             predictions=[[row["code"]], ["def f():\n    return 1"]], k=[1])
+    assert per == {0: [True], 1: [False]} and scores["pass@1"] == 0.5
