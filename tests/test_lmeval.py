@@ -90,7 +90,7 @@ def test_prompts_and_scores_equal_lm_evals_own_evaluator(name, shots):
 
     limit = 4
     recs = T.records(name, shots, 42, SOURCES[name], limit=limit)
-    _include, pairs = T._built(name, SOURCES[name])
+    _include, pairs = T._built(name, SOURCES[name], shots)
     local = dict(pairs)
     lm = RecordingLM(name)
     res = simple_evaluate(model=lm, tasks=list(local.values()), num_fewshot=shots, limit=limit, random_seed=42,

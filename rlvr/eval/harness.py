@@ -71,7 +71,7 @@ def _lm_eval_dir(python: str) -> str:
     return r.stdout.strip()
 
 
-def local_task_folder(name: str, source: str, folder: str, lm_eval_dir: str) -> list[str]:
+def local_task_folder(name: str, source: str, folder: str, lm_eval_dir: str, shots: int | None = None) -> list[str]:
     """Task yamls re-pointing the stock task(s) at local rows, including the stock yamls of the
     lm-eval in `lm_eval_dir` (any interpreter's); returns the local task names."""
     from rlvr.eval import tasks
@@ -81,7 +81,8 @@ def local_task_folder(name: str, source: str, folder: str, lm_eval_dir: str) -> 
             return os.path.join(tasks.LM_TASKS_DIR, f"{lm}.yaml")
         return os.path.join(lm_eval_dir, "tasks", STOCK_YAML[name].format(s=lm[len(name) + 1:]))
 
-    return list(tasks.local_tasks(name, source, folder, prefix="local_", yaml_for=stock).values())
+    return list(tasks.local_tasks(name, source, folder, prefix="local_", yaml_for=stock,
+                                  shots=shots).values())
 
 
 def run_lm_eval(ckpt: str, out_root: str, name: str, shots: int | None = None, source: str | None = None,
@@ -102,7 +103,7 @@ def run_lm_eval(ckpt: str, out_root: str, name: str, shots: int | None = None, s
     task_names = [name]
     if source is not None:
         folder = os.path.join(out, "tasks")
-        task_names = local_task_folder(name, source, folder, lm_dir)
+        task_names = local_task_folder(name, source, folder, lm_dir, shots)
         include.append(folder)
     cmd = command(python, ckpt, task_names, shots, out, code=std.code, include=include, limit=limit, dtype=dtype,
                   max_model_len=max_model_len or TEMPLATE["max_model_len"], extra_model_args=extra_model_args)

@@ -214,7 +214,8 @@ def evaluate_one(ckpt: str, out: str, bench: str, opts: EvalOptions, records: li
     else:
         metrics, subjects = lm
         data_settings = {"lm_eval_task": bench, "num_fewshot": (records[0]["lm_eval"]["num_fewshot"] if records
-                                                                else opts.shots), "fewshot_seed": CANONICAL["seed"]}
+                                                                else opts.shots), "fewshot_seed": CANONICAL["seed"],
+                         "stop": records[0]["stop"] if records else None}
     summary = {
         "checkpoint": ckpt, "benchmark": bench, "mode": f"pass@{opts.pass_at_k}" if opts.pass_at_k else "greedy",
         "metrics": metrics, "records": len(verified),

@@ -188,9 +188,17 @@ def _add_path(tm, path: str) -> None:
 
 
 def _rows(std: StdTask, split: str, source: str) -> list[dict]:
+    """Rows of one split: a folder's split file, or a single file for the evaluated split only."""
     from rlvr.data.sources import load_rows
 
-    rows = load_rows(source, split)
+    if split != std.splits[0] and not os.path.isdir(source):
+        return []
+    try:
+        rows = load_rows(source, split)
+    except Exception:
+        if split == std.splits[0]:
+            raise
+        return []
     if std.data == "mbpp" and rows and "task_id" in rows[0]:
         from rlvr.data.catalog import _mbpp_split
 
@@ -207,7 +215,7 @@ def _write_jsonl(path: str, rows: list[dict]) -> None:
 
 
 def local_tasks(name: str, source: str, workdir: str, prefix: str | None = None,
-                yaml_for: Callable[[str], str] | None = None) -> dict[str, str]:
+                yaml_for: Callable[[str], str] | None = None, shots: int | None = None) -> dict[str, str]:
     """Write lm-eval task yamls re-pointing `name`'s stock task(s) at local rows; returns
     {stock lm-eval name: local task name}. Subjects without rows are left out. yaml_for
     gives the stock yaml of a task (default: this process's lm-eval index)."""
@@ -234,6 +242,13 @@ def local_tasks(name: str, source: str, workdir: str, prefix: str | None = None,
                 _write_jsonl(parts[split], rows)
         if main not in parts:
             continue
+        for split in std.splits[1:]:   # the few-shot split: lm-eval opens it even at 0 shots
+            if split not in parts:
+                if shots != 0:
+                    raise UsageError(f"{source}: {name}'s few-shot examples come from its {split!r} split, which "
+                                     f"this source lacks: pass a folder holding {main}.jsonl and {split}.jsonl "
+                                     f"(or --shots 0)")
+                parts[split] = parts[main]
         local = f"{prefix}{lm}"
         files = "".join(f"    {s}: {p}\n" for s, p in parts.items())
         with open(os.path.join(workdir, f"{local}.yaml"), "w") as fh:
@@ -243,14 +258,21 @@ def local_tasks(name: str, source: str, workdir: str, prefix: str | None = None,
     return out
 
 
+def _built(name: str, source: str | None, shots: int | None = None) -> tuple[str | None, tuple[tuple[str, str], ...]]:
+    """(include path, ((stock name, task name), ...)) for a standard task, built once per process
+    (a 0-shot build may stand the evaluated rows in for a missing few-shot split)."""
+    return _built_once(name, source, shots == 0)
+
+
 @functools.lru_cache(maxsize=16)
-def _built(name: str, source: str | None) -> tuple[str | None, tuple[tuple[str, str], ...]]:
-    """(include path, ((stock name, task name), ...)) for a standard task, built once per process."""
+def _built_once(name: str, source: str | None, zero_shot: bool) -> tuple[str | None, tuple[tuple[str, str], ...]]:
     std = standard(name)
     if source is None:
         return None, tuple((lm, lm) for lm in std.lm_names())
     workdir = tempfile.mkdtemp(prefix=f"rlvr-lmeval-{name}-")
-    return workdir, tuple(local_tasks(name, source, workdir).items())
+    key = f"{name}\0{os.path.abspath(source)}\0{zero_shot}"
+    prefix = "rlvr_local_" + hashlib.sha1(key.encode()).hexdigest()[:10] + "_"
+    return workdir, tuple(local_tasks(name, source, workdir, prefix, shots=0 if zero_shot else None).items())
 
 
 _ADDED: set[str] = set()
@@ -263,7 +285,7 @@ def load(name: str, shots: int | None = None, seed: int = 42, source: str | None
         _offline_code_eval()
     if std.verifier == "ifeval":
         _packaged_nltk_data()
-    include, names = _built(name, source)
+    include, names = _built(name, source, shots)
     tm = task_manager()
     if include is not None and include not in _ADDED:
         _add_path(tm, include)
@@ -359,11 +381,20 @@ def score(name: str, recs: list[dict], shots: int | None = None, seed: int = 42,
             metrics, filtered = {}, {}
             for fkey, resp in inst.filtered_resps.items():
                 for m, v in task.process_results(inst.doc, [resp]).items():
-                    metrics[f"{m},{fkey}"] = v
+                    metrics[f"{m},{fkey}"] = _plain(v)
                 filtered[fkey] = resp if isinstance(resp, str) else str(resp)
             out.append({"id": f"{stock}/{inst.doc_id}", "task": stock, "doc_id": inst.doc_id, "metrics": metrics,
                         "filtered": filtered})
     return out
+
+
+def _plain(v):
+    """numpy scalars (lm-eval's metrics return some) as Python numbers, lists element-wise."""
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if hasattr(v, "item") and type(v) not in (bool, int, float, str):   # numpy.float64 subclasses float
+        return v.item()
+    return v
 
 
 def aggregate(name: str, scored: list[dict], rlvr: dict[str, float] | None = None) -> dict:
