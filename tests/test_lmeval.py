@@ -221,3 +221,18 @@ def test_harness_command_for_code_tasks_and_other_interpreters():
     assert "--confirm_run_unsafe_code" in cmd and cmd[cmd.index("--num_fewshot") + 1] == "3"
     with pytest.raises(Exception, match="fixed by the standard template"):
         harness.model_args("ckpt", extra={"tensor_parallel_size": 2})
+
+
+def test_rlvr_data_writes_lm_evals_prompts():
+    import orjson
+
+    from helpers import invoke
+
+    r = invoke("rlvr-data", ["minerva_math", "--shots", "4", "--seed", "42", "--source", SOURCES["minerva_math"]])
+    assert r.code == 0, r.stderr
+    got = [orjson.loads(x) for x in r.stdout.splitlines()]
+    want = T.records("minerva_math", 4, 42, SOURCES["minerva_math"])
+    assert [x["prompt"] for x in got] == [x["prompt"] for x in want] and len(got) == 14
+    assert all(x["stop"] == ["Problem:"] and x["verifier"] == "math" and x["answer"] for x in got)
+    r = invoke("rlvr-data", ["gsm8k_cot", "--template", "qa", "--source", SOURCES["gsm8k"]])
+    assert r.code == 2 and "fixes its prompts" in r.stderr

@@ -15,13 +15,24 @@ HELP = with_examples(
     """Evaluate checkpoints with canonical settings.
 
     rlvr-eval CKPT OUT_DIR --benchmark B composes rlvr-data, rlvr-rollout and rlvr-verify
-    with fixed settings (greedy, tensor parallel 1, bfloat16, gpu_memory_utilization 0.9,
-    seed 42; per benchmark: gsm8k qa template, stop "Question:", max_tokens 1024; math and
-    math500 boxed, 2048; mbpp 512, stop "[DONE]"; humaneval 512, Codex stops; ifeval and
-    ifbench 2048; toy 32) and writes OUT_DIR/completions.jsonl, results.jsonl and
-    summary.json (accuracy for math and code; prompt_level_strict_acc, inst_level_strict_acc
-    and the loose variants for instruction following). Several --benchmark go to
+    under lm-evaluation-harness's standard template (greedy, tensor parallel 1, bfloat16,
+    gpu_memory_utilization 0.8, max_model_len 4096, seed 42) and writes
+    OUT_DIR/completions.jsonl, results.jsonl and summary.json. Several --benchmark go to
     OUT_DIR/<benchmark>/ with one engine. It prints one JSON line per benchmark.
+
+    lm-eval's tasks gsm8k, gsm8k_cot, minerva_math (seven subjects), hendrycks_math, mbpp,
+    humaneval and ifeval, and math_qwen, are built through lm-eval itself: each prompt is the
+    context `lm_eval --num_fewshot N --seed 42` builds, with its stops and generation length;
+    summary.json carries lm-eval's own scores under its keys (exact_match,strict-match,
+    exact_match,flexible-extract, exact_match,none, pass_at_1,none,
+    prompt_level_strict_acc,none, ...), rlvr's own verdict as rlvr_verify,none, and per
+    subject for the MATH tasks. --shots N sets the few-shot count (defaults: gsm8k 8,
+    gsm8k_cot 8, minerva_math 4, hendrycks_math 4, math_qwen 4, mbpp 3, humaneval 0,
+    ifeval 0). rlvr's own benchmarks: math, math500 (boxed, 2048 tokens), ifbench, if_multi
+    (2048) and toy (32). hendrycks_math warns that it under-reports.
+
+    --harness lm-eval runs lm-eval's own vLLM backend under the same template instead
+    (OUT_DIR/<task>_<N>shot/; --harness-python PATH for a lm-eval in another virtualenv).
 
     --pass-at-k N draws N samples per prompt at temperature 1.0 and adds pass_at_k.json;
     --gpus spreads the prompts over one engine per GPU (auto: the free ones) and merges in
@@ -39,7 +50,9 @@ HELP = with_examples(
     """,
     """
 rlvr-eval results/run1/checkpoints/step_000100 evals/step100 --benchmark gsm8k --gpu 0
-rlvr-eval CKPT evals/ckpt -b gsm8k -b math500 -b ifeval --source gsm8k=data/gsm8k/test.jsonl
+rlvr-eval CKPT evals/ckpt -b gsm8k --shots 4 -b math_qwen --source gsm8k=data/gsm8k/ --source math_qwen=data/math/
+rlvr-eval --harness lm-eval CKPT evals/lm -b gsm8k_cot --shots 8    # lm-eval itself, same template
+rlvr-eval --harness lm-eval CKPT evals/lm -b mbpp --harness-python /opt/lm-eval/.venv/bin/python
 rlvr-eval CKPT evals/passk -b math500 --pass-at-k 64 --gpus auto
 rlvr-eval --watch 'results/run_*/checkpoints/step_*' evals -b gsm8k -b ifeval --gpus auto
 rlvr-eval --watch 'results/*/checkpoints/step_*' evals -b gsm8k --once --shard 1/2   # node 2 of 2

@@ -124,9 +124,15 @@ def run_lm_eval(ckpt: str, out_root: str, name: str, shots: int | None = None, s
     with open(os.path.join(out, "command.json"), "wb") as fh:
         fh.write(orjson.dumps({"argv": cmd, "env": {k: env[k] for k in ("HF_ALLOW_CODE_EVAL", "NLTK_DATA")
                                                    if k in env}}, option=orjson.OPT_INDENT_2))
-    r = subprocess.run(cmd, env=env, stdout=sys.stderr)
-    if r.returncode != 0:
-        raise Failure(f"lm_eval exited with {r.returncode} for {name} (command in {out}/command.json)")
+    tail: list[str] = []
+    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          errors="replace") as proc:   # lm-eval's output goes to stderr (stdout carries data)
+        for line in proc.stdout:
+            sys.stderr.write(line)
+            tail = (tail + [line.rstrip()])[-5:]
+    if proc.returncode != 0:
+        raise Failure(f"lm_eval exited with {proc.returncode} for {name} (command in {out}/command.json): "
+                      + " | ".join(tail))
     found = sorted(glob.glob(os.path.join(out, "**", "results_*.json"), recursive=True), key=os.path.getmtime)
     if not found:
         raise Failure(f"lm_eval wrote no results_*.json under {out}")
