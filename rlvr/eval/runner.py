@@ -1,12 +1,12 @@
-"""rlvr-eval's library: canonical checkpoint evaluation, the watch loop, results tables.
+"""rlvr-eval's runner: checkpoint evaluation under the standard template, the watch loop, results tables.
 
     summaries = evaluate_checkpoint("results/run1/checkpoints/step_000100", "evals/step100",
                                     ["gsm8k", "ifeval"], EvalOptions(source={"gsm8k": "gsm8k/test.jsonl"}))
     watch("results/run_*/checkpoints/step_*", "evals", ["gsm8k"], EvalOptions(), once=True)
     print(results_table("evals", "markdown"))
 
-One evaluation composes the same three homes the commands use: rlvr.data.load_records
-(prompts), rlvr.engines.rollout (generation, resumable completions.jsonl) and
+One evaluation composes the same three homes the commands use: rlvr.data.load_records or,
+for lm-eval's tasks, rlvr.eval.tasks (prompts and lm-eval's scores), rlvr.engines.rollout (generation, resumable completions.jsonl) and
 rlvr.verifiers.pool.VerifierPool (results.jsonl), then rlvr.verifiers.summary and
 rlvr.passk for summary.json and pass_at_k.json. Canonical settings (BENCHMARKS, CANONICAL)
 are fixed so numbers from different runs compare; docs/rollout.md lists them.
@@ -338,6 +338,7 @@ def job_command(ckpt: str, out: str, benchmarks: Sequence[str], opts: EvalOption
         cmd += ["--source", f"{b}={s}"]
     for flag, v in (("--max-model-len", opts.max_model_len), ("--kv-cache-gib", opts.kv_cache_gib),
                     ("--limit", opts.limit), ("--max-tokens", opts.max_tokens), ("--pass-at-k", opts.pass_at_k),
+                    ("--shots", opts.shots),
                     ("--verify-jobs", opts.verify_jobs)):
         if v is not None:
             cmd += [flag, str(v)]
