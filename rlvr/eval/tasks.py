@@ -164,16 +164,28 @@ def _packaged_nltk_data() -> None:
         nltk.data.path.insert(0, nltk_data_dir())
 
 
+# lm-eval's task folders that hold the standard tasks (and the yamls they include)
+STOCK_DIRS = ("gsm8k", "minerva_math", "hendrycks_math", "mbpp", "humaneval", "ifeval")
+
+
 @functools.lru_cache(maxsize=1)
 def task_manager():
-    """lm-eval's task index with rlvr's own tasks (math_qwen); building it costs ~10 s of CPU,
-    so once per process. Local task folders are added to it by _add_path."""
+    """lm-eval's task index of the standard tasks' folders and rlvr's own (math_qwen), built
+    once per process. Only those folders are indexed: lm-eval's whole index (every task it
+    ships) costs ~10 s of CPU and holds nothing these tasks need. Local task folders are
+    added to it by _add_path."""
     import logging
 
+    import lm_eval
     from lm_eval.tasks import TaskManager
 
-    logging.getLogger("lm_eval").setLevel(logging.WARNING)
-    return TaskManager(include_path=LM_TASKS_DIR)
+    log = logging.getLogger("lm_eval")
+    log.setLevel(logging.ERROR)   # the folders share tags (math_word_problems): lm-eval warns about each
+    root = os.path.join(os.path.dirname(lm_eval.__file__), "tasks")
+    tm = TaskManager(include_path=[os.path.join(root, d) for d in STOCK_DIRS] + [LM_TASKS_DIR],
+                     include_defaults=False)
+    log.setLevel(logging.WARNING)
+    return tm
 
 
 def _add_path(tm, path: str) -> None:
@@ -279,7 +291,18 @@ _ADDED: set[str] = set()
 
 
 def load(name: str, shots: int | None = None, seed: int = 42, source: str | None = None) -> dict:
-    """{stock lm-eval name: configured lm-eval Task} as `lm_eval --num_fewshot N --seed SEED` sets it up."""
+    """{stock lm-eval name: configured lm-eval Task} as `lm_eval --num_fewshot N --seed SEED` sets
+    it up; built once per process and arguments (build_all_requests rebuilds the instances)."""
+    key = (name, shots, seed, source)
+    if key not in _LOADED:
+        _LOADED[key] = _load(name, shots, seed, source)
+    return _LOADED[key]
+
+
+_LOADED: dict[tuple, dict] = {}
+
+
+def _load(name: str, shots: int | None, seed: int, source: str | None) -> dict:
     std = standard(name)
     if std.code:
         _offline_code_eval()
@@ -324,6 +347,7 @@ def records(name: str, shots: int | None = None, seed: int = 42, source: str | N
     std = standard(name)
     out = []
     for stock, task in load(name, shots, seed, source).items():
+        task.set_fewshot_seed(seed)   # a fresh sampler: the same examples on every build
         task.build_all_requests(limit=limit, rank=0, world_size=1)
         for inst in sorted(task.instances, key=lambda i: i.doc_id):
             ctx, gen = inst.args[0], dict(inst.args[1])
@@ -367,6 +391,7 @@ def score(name: str, recs: list[dict], shots: int | None = None, seed: int = 42,
     by_key = {(r["lm_eval"]["task"], r["lm_eval"]["doc_id"]): r for r in recs}
     out = []
     for stock, task in tasks.items():
+        task.set_fewshot_seed(seed)
         task.build_all_requests(limit=limit, rank=0, world_size=1)
         insts = [i for i in task.instances if (stock, i.doc_id) in by_key]
         if not insts:
