@@ -236,3 +236,24 @@ def test_rlvr_data_writes_lm_evals_prompts():
     assert all(x["stop"] == ["Problem:"] and x["verifier"] == "math" and x["answer"] for x in got)
     r = invoke("rlvr-data", ["gsm8k_cot", "--template", "qa", "--source", SOURCES["gsm8k"]])
     assert r.code == 2 and "fixes its prompts" in r.stderr
+
+
+def test_rlvr_verify_beside_lm_evals_pass_at_1_on_code_tasks():
+    """The records carry what rlvr's sandboxed grader needs: on reference solutions and on
+    wrong code, its verdict (rlvr_verify) agrees with lm-eval's pass@1."""
+    import orjson
+
+    from rlvr.verifiers.pool import VerifierPool
+
+    mbpp_rows = [r for r in map(orjson.loads, open(SOURCES["mbpp"], "rb")) if 11 <= r["task_id"] <= 510]
+    he_rows = [orjson.loads(ln) for ln in open(f"{D}/humaneval/test.jsonl", "rb")]
+    cases = {"mbpp": (3, [[r["code"] + "\n"] for r in mbpp_rows[:2]] + [["def nothing():\n    pass\n"]]),
+             "humaneval": (0, [[he_rows[0]["canonical_solution"]], ["    return None\n"]])}
+    with VerifierPool(jobs=1) as pool:
+        for name, (shots, comps) in cases.items():
+            recs = T.records(name, shots, 42, SOURCES[name], limit=len(comps))
+            for r, c in zip(recs, comps):
+                r["completions"] = c
+            rewards = [x["rewards"][0] for x in pool.verify_records(recs)]
+            lm = [next(iter(s["metrics"].values())) for s in T.score(name, recs, shots, 42, SOURCES[name], len(comps))]
+            assert rewards == lm and 0 < sum(lm) < len(lm), (name, rewards, lm)
