@@ -313,8 +313,7 @@ def _load(name: str, shots: int | None, seed: int, source: str | None) -> dict:
     if include is not None and include not in _ADDED:
         _add_path(tm, include)
         _ADDED.add(include)
-    loaded = tm.load_task_or_group([t for _, t in names])
-    flat = _flatten(loaded)
+    flat = tm.load([t for _, t in names])["tasks"]
     tasks = {}
     for stock, local in names:
         task = flat[local]
@@ -323,16 +322,6 @@ def _load(name: str, shots: int | None, seed: int, source: str | None) -> dict:
         task.set_fewshot_seed(seed)
         tasks[stock] = task
     return tasks
-
-
-def _flatten(loaded) -> dict:
-    out = {}
-    for k, v in loaded.items():
-        if isinstance(v, dict):
-            out.update(_flatten(v))
-        else:
-            out[getattr(k, "group_name", k) if not isinstance(k, str) else k] = v
-    return out
 
 
 # --- prompts -----------------------------------------------------------------------------------
