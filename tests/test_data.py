@@ -45,13 +45,14 @@ def test_save_to_disk_folder(tmp_path):
 
 def test_fewshot_from_train_split_in_folder():
     recs = data("gsm8k", "--source", f"{D}/gsm8k", "--split", "test", "--shots", "2", "--limit", "1")
-    p = recs[0]["prompt"]
-    assert p.count("Question:") == 3 and "The answer is 72." in p and p.endswith("Answer:")
+    p = recs[0]["prompt"]   # lm-eval's gsm8k: two train solutions ending "#### N", then the question
+    assert p.count("Question:") == 3 and p.count("\n#### ") == 2 and p.endswith("Answer:")
+    assert recs[0]["stop"] == ["Question:", "</s>", "<|im_end|>"] and recs[0]["max_tokens"] == 256
 
 
 def test_fewshot_without_source_is_config_error():
     r = invoke("rlvr-data", ["gsm8k", "--source", f"{D}/gsm8k/test.jsonl", "--shots", "2"])
-    assert r.code == 2 and "--fewshot-source" in r.stderr
+    assert r.code == 2 and "few-shot examples come from its 'train' split" in r.stderr
 
 
 def test_math500_boxed_chat_template():

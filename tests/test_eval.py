@@ -15,7 +15,7 @@ from rlvr.passk import pass_at_k
 
 GSM8K = os.path.join(DATA, "eval", "gsm8k_test.jsonl")
 IFEVAL = os.path.join(DATA, "eval", "ifeval_input_data.jsonl")
-HF = ["--engine", "hf", "--dtype", "float32", "--verify-jobs", "1"]
+HF = ["--engine", "hf", "--dtype", "float32", "--verify-jobs", "1", "--max-model-len", "2048"]   # tiny: 2048 positions
 
 
 def load(path):
@@ -29,34 +29,40 @@ def _one_thread(monkeypatch):
 
 def test_greedy_eval_writes_completions_results_and_summary(tiny_model_dir, tmp_path):
     out = tmp_path / "gsm8k"
-    r = invoke("rlvr-eval", [tiny_model_dir, str(out), "-b", "gsm8k", "--source", GSM8K, "--max-tokens", "12", *HF])
+    r = invoke("rlvr-eval", [tiny_model_dir, str(out), "-b", "gsm8k", "--shots", "0", "--source", GSM8K, "--max-tokens", "12", *HF])
     assert r.code == 0, r.stderr
     line = orjson.loads(r.stdout)
     comps, results = load(out / "completions.jsonl"), load(out / "results.jsonl")
     summary = orjson.loads((out / "summary.json").read_bytes())
     assert line == {"checkpoint": tiny_model_dir, "benchmark": "gsm8k", "mode": "greedy",
                     "metrics": summary["metrics"], "records": 4}
-    assert [c["id"] for c in comps] == [x["id"] for x in results] == [f"gsm8k/test/{i}" for i in range(4)]
-    assert all(c["prompt"].startswith("Question: ") and c["prompt"].endswith("\nAnswer:") for c in comps)  # qa template
+    assert [c["id"] for c in comps] == [x["id"] for x in results] == [f"gsm8k/{i}" for i in range(4)]
+    assert all(c["prompt"].startswith("Question: ") and c["prompt"].endswith("\nAnswer:") for c in comps)  # lm-eval's
     verdicts = [v for x in results for v in x["verdicts"]]
     assert len(verdicts) == 4
-    assert summary["metrics"]["accuracy"] == sum(v["status"] == "correct" for v in verdicts) / 4
+    m = summary["metrics"]
+    assert set(m) == {"exact_match,strict-match", "exact_match,flexible-extract", "rlvr_verify,none"}
+    assert m["rlvr_verify,none"] == sum(v["status"] == "correct" for v in verdicts) / 4
+    for key in ("exact_match,strict-match", "exact_match,flexible-extract"):   # lm-eval's per-sample scores, averaged
+        assert m[key] == sum(x["lm_eval_metrics"][key] for x in results) / 4
     s = summary["settings"]
     assert s["sampling"] == {"n": 1, "temperature": 0.0, "top_p": 1.0, "top_k": 0, "max_tokens": 12,
-                             "stop": ["Question:"], "seed": 42, "logprobs": False}
+                             "stop": [], "seed": 42, "logprobs": False}
+    assert s["stop"] == ["Question:", "</s>", "<|im_end|>"] and all(c["stop"] == s["stop"] for c in comps)
     assert s["engine_options"]["seed"] == 42 and s["engine_options"]["tensor_parallel_size"] == 1
-    assert s["engine_options"]["gpu_memory_utilization"] == 0.9 and s["template"] == "qa"
+    assert s["engine_options"]["gpu_memory_utilization"] == 0.8 and s["lm_eval_task"] == "gsm8k"
+    assert s["num_fewshot"] == 0 and s["fewshot_seed"] == 42
     assert summary["finish_reasons"] == {"length": 4} or sum(summary["finish_reasons"].values()) == 4
 
     # A second run finds summary.json and does nothing; a lost summary is rebuilt from the
     # completions already written (nothing is generated again).
     before = (out / "completions.jsonl").read_bytes()
-    r = invoke("rlvr-eval", [tiny_model_dir, str(out), "-b", "gsm8k", "--source", GSM8K, "--max-tokens", "12", *HF])
+    r = invoke("rlvr-eval", [tiny_model_dir, str(out), "-b", "gsm8k", "--shots", "0", "--source", GSM8K, "--max-tokens", "12", *HF])
     assert r.code == 0 and orjson.loads(r.stdout) == line
     (out / "summary.json").unlink()
     lines = before.splitlines(keepends=True)
     (out / "completions.jsonl").write_bytes(b"".join(lines[:2]) + lines[2][:30])   # interrupted mid-write
-    r = invoke("rlvr-eval", [tiny_model_dir, str(out), "-b", "gsm8k", "--source", GSM8K, "--max-tokens", "12", *HF])
+    r = invoke("rlvr-eval", [tiny_model_dir, str(out), "-b", "gsm8k", "--shots", "0", "--source", GSM8K, "--max-tokens", "12", *HF])
     assert r.code == 0, r.stderr
     assert (out / "completions.jsonl").read_bytes() == before
     assert orjson.loads((out / "summary.json").read_bytes())["metrics"] == summary["metrics"]
@@ -64,11 +70,11 @@ def test_greedy_eval_writes_completions_results_and_summary(tiny_model_dir, tmp_
 
 def test_pass_at_k_and_instruction_following_metrics(tiny_model_dir, tmp_path):
     out = tmp_path / "evals"
-    r = invoke("rlvr-eval", [tiny_model_dir, str(out), "-b", "ifeval", "-b", "toy", "--source", f"ifeval={IFEVAL}",
+    r = invoke("rlvr-eval", [tiny_model_dir, str(out), "-b", "if_multi", "-b", "toy", "--source", f"if_multi={IFEVAL}",
                              "--max-tokens", "16", "--limit", "4", "--pass-at-k", "4", *HF])
     assert r.code == 0, r.stderr
-    assert [orjson.loads(x)["benchmark"] for x in r.stdout.splitlines()] == ["ifeval", "toy"]
-    for bench in ("ifeval", "toy"):
+    assert [orjson.loads(x)["benchmark"] for x in r.stdout.splitlines()] == ["if_multi", "toy"]
+    for bench in ("if_multi", "toy"):
         d = out / f"{bench}-pass@4"
         results = load(d / "results.jsonl")
         summary = orjson.loads((d / "summary.json").read_bytes())
@@ -79,8 +85,8 @@ def test_pass_at_k_and_instruction_following_metrics(tiny_model_dir, tmp_path):
         for k in (1, 2, 4):
             expected = sum(pass_at_k(4, sum(w >= 1 for w in x["rewards"]), k) for x in results) / 4
             assert table[f"pass@{k}"] == pytest.approx(expected) == summary["metrics"][f"pass@{k}"]
-    summary = orjson.loads((out / "ifeval-pass@4" / "summary.json").read_bytes())
-    results = load(out / "ifeval-pass@4" / "results.jsonl")
+    summary = orjson.loads((out / "if_multi-pass@4" / "summary.json").read_bytes())
+    results = load(out / "if_multi-pass@4" / "results.jsonl")
     strict = [v["strict"] for x in results for v in x["verdicts"]]
     loose = [v["loose"] for x in results for v in x["verdicts"]]
     m = summary["metrics"]
@@ -99,3 +105,11 @@ def test_usage_errors(tiny_model_dir, tmp_path):
     assert r.code == 2 and "--watch GLOB OUT_DIR" in r.stderr
     r = invoke("rlvr-eval", [str(tmp_path / "missing"), str(tmp_path / "o"), "-b", "toy", *HF])
     assert r.code == 2 and "no such model folder" in r.stderr
+
+
+def test_tensor_parallel_is_refused_with_the_reason(tiny_model_dir, tmp_path):
+    for harness in ("rlvr", "lm-eval"):
+        r = invoke("rlvr-eval", [tiny_model_dir, str(tmp_path / harness), "-b", "minerva_math", "--harness", harness,
+                                 "--tensor-parallel-size", "2"])
+        assert r.code == 2 and "tensor parallel 1 only" in r.stderr and "minerva_math" in r.stderr
+        assert not (tmp_path / harness).exists()

@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from helpers import REPO, invoke
-from rlvr import evaluate as ev
+from rlvr.eval import runner as ev
 from rlvr.errors import BadInput, UsageError
 from rlvr.eval import jobs as sweep
 

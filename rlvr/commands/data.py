@@ -8,12 +8,21 @@ import click
 
 from rlvr.cli import ConfigError, run, shard_callback, stdout_writer, with_examples
 from rlvr.data import SPECS, TEMPLATES, apply_order, load_records, mix, parse_mix, read_order, select
+from rlvr.eval.tasks import STANDARD as LM_TASKS
 
 HELP = with_examples(
     f"""Write a dataset's prompts as JSONL records.
 
-    NAME is one of: {", ".join(SPECS)}. Each record carries `id`, `dataset`, `prompt`,
-    `verifier` and the ground truth its verifier needs (see rlvr-records(5)).
+    NAME is one of: {", ".join(dict.fromkeys([*SPECS, *LM_TASKS]))}. Each record carries `id`,
+    `dataset`, `prompt`, `verifier` and the ground truth its verifier needs (see
+    rlvr-records(5)).
+
+    lm-evaluation-harness's tasks (gsm8k_cot, minerva_math, hendrycks_math, math_qwen, and
+    gsm8k, mbpp, humaneval, ifeval with --shots N > 0) are built through lm-eval itself: each
+    prompt is the context `lm_eval --num_fewshot N --seed SEED` builds for that document
+    (few-shot examples drawn with --seed, or the task's fixed exemplars), and each record
+    carries the task's `stop` sequences and `max_tokens`. Their few-shot split (gsm8k and
+    hendrycks_math: train) comes from the folder given as --source.
 
     Rows come from --source (a local .jsonl/.json/.parquet/.arrow file, a folder holding
     split files or a `datasets.save_to_disk` folder, or an s3:// object or folder of either
@@ -28,7 +37,8 @@ HELP = with_examples(
     """
 rlvr-data gsm8k --split test --source data/gsm8k/test.jsonl --limit 100
 rlvr-data math500 --source MATH-500/test.jsonl --template boxed
-rlvr-data gsm8k --shots 5 --source gsm8k/ --split test   # few-shot from gsm8k/train*
+rlvr-data gsm8k --shots 8 --seed 42 --source gsm8k/   # lm-eval's 8-shot gsm8k prompts (train from gsm8k/)
+rlvr-data minerva_math --shots 4 --source hendrycks_math/   # the seven subjects, Minerva's exemplars
 rlvr-data mbpp --source mbpp.jsonl --shard 0/4
 rlvr-data --mix gsm8k:0.25,math:0.75 --source gsm8k=g.jsonl --source math=m.jsonl --seed 1
 rlvr-data gsm8k --source g.jsonl --order curriculum.txt
@@ -43,7 +53,7 @@ def _sources(values: tuple[str, ...], names: list[str]) -> dict[str, str | None]
     out: dict[str, str | None] = {n: None for n in names}
     for v in values:
         name, sep, path = v.partition("=")
-        if sep and name in SPECS:
+        if sep and (name in SPECS or name in LM_TASKS):
             if name not in out:
                 raise ConfigError(f"--source {v}: {name} is not in the mixture")
             out[name] = path
@@ -55,7 +65,7 @@ def _sources(values: tuple[str, ...], names: list[str]) -> dict[str, str | None]
 
 
 @click.command(help=HELP)
-@click.argument("name", required=False, type=click.Choice(list(SPECS)))
+@click.argument("name", required=False, type=click.Choice(list(dict.fromkeys([*SPECS, *LM_TASKS]))))
 @click.option("--split", help="Split (default: the dataset's evaluation split: test, or train for IF sets).")
 @click.option("--source", "sources", multiple=True, metavar="PATH|NAME=PATH",
               help="Local file/folder or s3:// URI of the rows (repeat NAME=PATH for a mixture).")
@@ -98,6 +108,14 @@ def cmd(name, split, sources, fewshot_source, template, shots, chat, limit, shuf
         return ids
 
     def one(n: str) -> list[dict]:
+        if n in LM_TASKS and (n not in SPECS or (shots and not template and not chat)):
+            # lm-eval's own task: its context for each document, few-shot examples drawn with --seed
+            from rlvr.eval import tasks
+
+            if template or chat or fewshot_source or (split and split != tasks.standard(n).splits[0]):
+                raise ConfigError(f"{n}: lm-eval's task fixes its prompts and splits (no --template, --chat or "
+                                  f"--fewshot-source; few-shot examples come from the folder given as --source)")
+            return select(tasks.records(n, shots, seed, srcs[n]), shuffle=shuffle, seed=seed)
         recs = load_records(n, split=split, source=srcs[n], template=template, shots=shots, chat=chat,
                             fewshot_source=fewshot_source)
         if n in per:

@@ -1,4 +1,4 @@
-"""rlvr-eval: canonical checkpoint evaluation, a watch loop and results tables (see rlvr.evaluate)."""
+"""rlvr-eval: canonical checkpoint evaluation, a watch loop and results tables (see rlvr.eval)."""
 
 from __future__ import annotations
 
@@ -15,13 +15,24 @@ HELP = with_examples(
     """Evaluate checkpoints with canonical settings.
 
     rlvr-eval CKPT OUT_DIR --benchmark B composes rlvr-data, rlvr-rollout and rlvr-verify
-    with fixed settings (greedy, tensor parallel 1, bfloat16, gpu_memory_utilization 0.9,
-    seed 42; per benchmark: gsm8k qa template, stop "Question:", max_tokens 1024; math and
-    math500 boxed, 2048; mbpp 512, stop "[DONE]"; humaneval 512, Codex stops; ifeval and
-    ifbench 2048; toy 32) and writes OUT_DIR/completions.jsonl, results.jsonl and
-    summary.json (accuracy for math and code; prompt_level_strict_acc, inst_level_strict_acc
-    and the loose variants for instruction following). Several --benchmark go to
+    under lm-evaluation-harness's standard template (greedy, tensor parallel 1, bfloat16,
+    gpu_memory_utilization 0.8, max_model_len 4096, seed 42) and writes
+    OUT_DIR/completions.jsonl, results.jsonl and summary.json. Several --benchmark go to
     OUT_DIR/<benchmark>/ with one engine. It prints one JSON line per benchmark.
+
+    lm-eval's tasks gsm8k, gsm8k_cot, minerva_math (seven subjects), hendrycks_math, mbpp,
+    humaneval and ifeval, and math_qwen, are built through lm-eval itself: each prompt is the
+    context `lm_eval --num_fewshot N --seed 42` builds, with its stops and generation length;
+    summary.json carries lm-eval's own scores under its keys (exact_match,strict-match,
+    exact_match,flexible-extract, exact_match,none, pass_at_1,none,
+    prompt_level_strict_acc,none, ...), rlvr's own verdict as rlvr_verify,none, and per
+    subject for the MATH tasks. --shots N sets the few-shot count (defaults: gsm8k 8,
+    gsm8k_cot 8, minerva_math 4, hendrycks_math 4, math_qwen 4, mbpp 3, humaneval 0,
+    ifeval 0). rlvr's own benchmarks: math, math500 (boxed, 2048 tokens), ifbench, if_multi
+    (2048) and toy (32). hendrycks_math warns that it under-reports.
+
+    --harness lm-eval runs lm-eval's own vLLM backend under the same template instead
+    (OUT_DIR/<task>_<N>shot/; --harness-python PATH for a lm-eval in another virtualenv).
 
     --pass-at-k N draws N samples per prompt at temperature 1.0 and adds pass_at_k.json;
     --gpus spreads the prompts over one engine per GPU (auto: the free ones) and merges in
@@ -57,7 +68,9 @@ HELP = with_examples(
     """,
     """
 rlvr-eval results/run1/checkpoints/step_000100 evals/step100 --benchmark gsm8k --gpu 0
-rlvr-eval CKPT evals/ckpt -b gsm8k -b math500 -b ifeval --source gsm8k=data/gsm8k/test.jsonl
+rlvr-eval CKPT evals/ckpt -b gsm8k --shots 4 -b math_qwen --source gsm8k=data/gsm8k/ --source math_qwen=data/math/
+rlvr-eval --harness lm-eval CKPT evals/lm -b gsm8k_cot --shots 8    # lm-eval itself, same template
+rlvr-eval --harness lm-eval CKPT evals/lm -b mbpp --harness-python /opt/lm-eval/.venv/bin/python
 rlvr-eval CKPT evals/passk -b math500 --pass-at-k 64 --gpus auto
 rlvr-eval --watch 'results/run_*/checkpoints/step_*' evals -b gsm8k -b ifeval --gpus auto
 rlvr-eval --watch 'results/*/checkpoints/step_*' evals -b gsm8k --once --shard 1/2   # node 2 of 2
@@ -83,9 +96,35 @@ def _sources(values: tuple[str, ...], benchmarks: list[str]) -> dict[str, str]:
     return out
 
 
+def _model_args(text: str | None) -> dict:
+    out = {}
+    for part in (text or "").split(","):
+        if part.strip():
+            k, sep, v = part.partition("=")
+            if not sep or not k.strip():
+                raise click.BadParameter(f"{part!r} is not K=V", param_hint="--model-args")
+            out[k.strip()] = v.strip()
+    return out
+
+
 @click.command(help=HELP)
 @click.argument("paths", nargs=-1, metavar="[CKPT] OUT_DIR")
-@click.option("-b", "--benchmark", "benchmarks", multiple=True, metavar="NAME[:SHOTS]", help="gsm8k, math, math500, mbpp, humaneval, ifeval, ifbench or toy (repeatable); with --jobs and --watch a task NAME:SHOTS (default: the standard task set).")
+@click.option("-b", "--benchmark", "benchmarks", multiple=True, metavar="NAME[:SHOTS]",
+              help="lm-eval's gsm8k, gsm8k_cot, minerva_math, hendrycks_math, mbpp, humaneval, ifeval; math_qwen; "
+                   "rlvr's math, math500, ifbench, if_multi, toy (repeatable); with --jobs and --watch a task "
+                   "NAME:SHOTS (default: the standard task set).")
+@click.option("--shots", type=click.IntRange(min=0), metavar="N",
+              help="lm-eval tasks: few-shot examples (default: gsm8k 8, gsm8k_cot 8, minerva_math 4, hendrycks_math 4, "
+                   "math_qwen 4, mbpp 3, humaneval 0, ifeval 0).")
+@click.option("--harness", type=click.Choice(["rlvr", "lm-eval"]), default="rlvr", show_default=True,
+              help="lm-eval: run lm-evaluation-harness's own vLLM backend under the standard template "
+                   "(OUT_DIR/<task>_<N>shot/).")
+@click.option("--harness-python", metavar="PATH", help="--harness lm-eval: the Python interpreter that has lm-eval "
+                                                        "(a harness kept in its own virtualenv).")
+@click.option("--model-args", metavar="K=V,...", help="--harness lm-eval: more vLLM arguments for lm-eval's "
+              "--model_args (e.g. enforce_eager=True on CPU); the template's keys cannot be changed.")
+@click.option("--tensor-parallel-size", type=int, default=1, show_default=True,
+              help="Always 1: anything else fails (tensor parallelism changes scores of small models).")
 @click.option("--gpu", metavar="N", help="Run on this GPU (sets CUDA_VISIBLE_DEVICES).")
 @click.option("--gpus", metavar="0,1,...|auto", help="One engine per GPU (auto: the free ones); with --jobs and --watch, one task per GPU at a time (default: auto).")
 @click.option("--gpu-mode", type=click.Choice(["absolute", "visible"]), default="absolute", show_default=True, help="GPU ids are physical, or positions in CUDA_VISIBLE_DEVICES.")
@@ -102,7 +141,8 @@ def _sources(values: tuple[str, ...], benchmarks: list[str]) -> dict[str, str]:
 @click.option("--baseline", metavar="FILE", help="--table: a YAML of reference scores; adds a baseline row and differences to it.")
 @click.option("--engine", type=click.Choice(["vllm", "hf"]), default="vllm", show_default=True, help="Generation engine.")
 @click.option("--dtype", type=click.Choice(["bfloat16", "float16", "float32", "auto"]), default="bfloat16", show_default=True, help="Canonical: bfloat16.")
-@click.option("--max-model-len", type=click.IntRange(min=1), help="Context length (default: the model's).")
+@click.option("--max-model-len", type=click.IntRange(min=1), default=4096, show_default=True,
+              help="Context length (lm-eval's standard template: 4096; smaller for small-context models).")
 @click.option("--kv-cache-gib", type=click.FloatRange(min=0, min_open=True), help="KV cache size in GiB (CUDA: instead of the memory utilization; CPU default 4).")
 @click.option("--source", "sources", multiple=True, metavar="[BENCH=]PATH", help="Local rows of a benchmark (repeatable).")
 @click.option("--limit", type=click.IntRange(min=1), help="Only the first N prompts (a smoke test, not a canonical number).")
@@ -111,17 +151,23 @@ def _sources(values: tuple[str, ...], benchmarks: list[str]) -> dict[str, str]:
 @click.option("--verify-jobs", type=click.IntRange(min=1), help="Verifier worker processes (default: the cores).")
 @click.option("--subdirs", is_flag=True, help="Write OUT_DIR/<benchmark>/ even for one benchmark.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar on stderr (default: on a terminal).")
-def cmd(paths, benchmarks, gpu, gpus, gpu_mode, jobs_file, span, pass_at_k, pattern, interval, once, idle_exit, shard,
-        table, fmt, baseline, engine, dtype, max_model_len, kv_cache_gib, sources, limit, max_tokens, chat, verify_jobs,
-        subdirs, progress):
-    from rlvr import evaluate as ev
+def cmd(paths, benchmarks, shots, harness, harness_python, model_args, tensor_parallel_size, gpu, gpus, gpu_mode,
+        jobs_file, span, pass_at_k, pattern, interval, once, idle_exit, shard, table, fmt, baseline, engine, dtype,
+        max_model_len, kv_cache_gib, sources, limit, max_tokens, chat, verify_jobs, subdirs, progress):
     from rlvr.eval import jobs as sweep
+    from rlvr.eval import runner as ev
 
     if table:
         _table(paths, fmt, baseline)
         return
     if baseline is not None:
         raise click.UsageError("--baseline goes with --table")
+    if tensor_parallel_size != 1:
+        raise ConfigError(f"--tensor-parallel-size {tensor_parallel_size}: evaluations run with tensor parallel 1 "
+                          "only (tensor parallelism made small models score 10% instead of 28% on minerva_math); "
+                          "spread checkpoints or tasks over GPUs instead")
+    if harness == "lm-eval" and (pattern or jobs_file):
+        raise click.UsageError("--harness lm-eval takes CKPT OUT_DIR (not --jobs or --watch)")
     if jobs_file and pattern:
         raise click.UsageError("--jobs and --watch do not go together")
     if (span is not None and not jobs_file) or (shard is not None and not (jobs_file or pattern)):
@@ -134,7 +180,7 @@ def cmd(paths, benchmarks, gpu, gpus, gpu_mode, jobs_file, span, pass_at_k, patt
     if pattern or jobs_file:
         tasks = [sweep.parse_task(b) for b in dict.fromkeys(benchmarks)] or list(sweep.DEFAULT_TASKS)
         try:
-            sweep.check_tasks(tasks, ev.BENCHMARKS, shots_supported=any("--shots" in p.opts for p in cmd.params))
+            sweep.check_tasks(tasks, ev.known_benchmarks(), shots_supported=any("--shots" in p.opts for p in cmd.params))
         except ConfigError as e:
             if benchmarks:
                 raise
@@ -159,12 +205,27 @@ def cmd(paths, benchmarks, gpu, gpus, gpu_mode, jobs_file, span, pass_at_k, patt
     benchmarks = list(dict.fromkeys(benchmarks))
     if not benchmarks:
         raise click.UsageError("give at least one --benchmark")
-    unknown = [b for b in benchmarks if b not in ev.BENCHMARKS]
+    known = ev.known_benchmarks()
+    unknown = [b for b in benchmarks if b not in known]
     if unknown:
-        raise ConfigError(f"unknown benchmark {unknown[0]!r} (known: {', '.join(ev.BENCHMARKS)})")
+        raise ConfigError(f"unknown benchmark {unknown[0]!r} (known: {', '.join(known)})")
+    if harness == "lm-eval":
+        from rlvr.eval import harness as hz
+
+        if len(paths) != 2:
+            raise click.UsageError("--harness lm-eval takes CKPT OUT_DIR")
+        for b in benchmarks:
+            res = hz.run_lm_eval(paths[0], paths[1], b, shots=shots, source=_sources(sources, benchmarks).get(b),
+                                 python=harness_python, limit=limit, dtype=dtype, max_model_len=max_model_len,
+                                 extra_model_args=_model_args(model_args), log=say)
+            sys.stdout.buffer.write(records.dumps(res))
+            sys.stdout.flush()
+        return
+    if harness_python or model_args:
+        raise click.UsageError("--harness-python and --model-args go with --harness lm-eval")
     opts = _options(ev, benchmarks, sources, engine=engine, dtype=dtype, max_model_len=max_model_len,
-                    kv_cache_gib=kv_cache_gib, limit=limit, max_tokens=max_tokens, chat=chat, pass_at_k=pass_at_k,
-                    verify_jobs=verify_jobs, progress=progress)
+                    kv_cache_gib=kv_cache_gib, shots=shots, limit=limit, max_tokens=max_tokens, chat=chat,
+                    pass_at_k=pass_at_k, verify_jobs=verify_jobs, progress=progress)
     if gpu is not None:
         os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # nvidia-smi's numbering
         os.environ["CUDA_VISIBLE_DEVICES"] = sweep.pick_gpus(gpu, None, gpu_mode, warn)[0]

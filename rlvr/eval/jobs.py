@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
-from rlvr import evaluate as ev
+from rlvr.eval import runner as ev
 from rlvr.errors import BadInput, Failure, UsageError
 
 GPU_MODES = ("absolute", "visible")

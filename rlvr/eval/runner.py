@@ -1,4 +1,4 @@
-"""rlvr-eval's library: canonical checkpoint evaluation.
+"""rlvr-eval's runner: checkpoint evaluation under the standard template.
 
     summaries = evaluate_checkpoint("results/run1/checkpoints/step_000100", "evals/step100",
                                     ["gsm8k", "ifeval"], EvalOptions(source={"gsm8k": "gsm8k/test.jsonl"}))
@@ -6,9 +6,10 @@
 Sweeps over many checkpoints and GPUs (--jobs, --watch) are rlvr.eval.jobs; results
 tables are rlvr.eval.table.
 
-One evaluation composes the same three homes the commands use: rlvr.data.load_records
-(prompts), rlvr.rollout (generation, resumable completions.jsonl) and
-rlvr.verification.pool.VerifierPool (results.jsonl), then rlvr.verification.summary and
+One evaluation composes the same three homes the commands use: rlvr.data.load_records or,
+for lm-eval's tasks, rlvr.eval.tasks (prompts and lm-eval's scores), rlvr.rollout (generation,
+resumable completions.jsonl) and rlvr.verification.pool.VerifierPool (results.jsonl), then
+rlvr.verification.summary and
 rlvr.passk for summary.json and pass_at_k.json. Canonical settings (BENCHMARKS, CANONICAL)
 are fixed so numbers from different runs compare; docs/rollout.md lists them.
 
@@ -26,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 
 import orjson
 
+from rlvr.errors import UsageError
 from rlvr.records import atomic_write, dumps, write_json
 
 IF_METRICS = ("prompt_level_strict_acc", "inst_level_strict_acc", "prompt_level_loose_acc", "inst_level_loose_acc")
@@ -43,20 +45,27 @@ class Benchmark:
     metrics: tuple[str, ...] = ("accuracy",)
 
 
+# rlvr's own benchmarks (prompts from rlvr.data templates). The lm-eval standard tasks
+# (gsm8k, gsm8k_cot, minerva_math, hendrycks_math, math_qwen, mbpp, humaneval, ifeval) come
+# from rlvr.eval.tasks: lm-eval's prompts, stops, generation lengths and scores.
 BENCHMARKS: dict[str, Benchmark] = {
-    "gsm8k": Benchmark("gsm8k", "test", "qa", 1024, ("Question:",)),
     "math": Benchmark("math", "test", "boxed", 2048),
     "math500": Benchmark("math500", "test", "boxed", 2048),
-    "mbpp": Benchmark("mbpp", "test", "mbpp", 512, ("[DONE]",)),
-    "humaneval": Benchmark("humaneval", "test", "humaneval", 512, ("\nclass", "\ndef", "\n#", "\nif", "\nprint")),
-    "ifeval": Benchmark("ifeval", "train", "plain", 2048, (), IF_METRICS),
     "ifbench": Benchmark("ifbench", "train", "plain", 2048, (), IF_METRICS),
+    "if_multi": Benchmark("if_multi", "train", "plain", 2048, (), IF_METRICS),
     "toy": Benchmark("toy", "test", "plain", 32),   # the CPU demo task (answer always 7)
 }
 
-# Greedy, one GPU, bf16, 90% of GPU memory, seed 42. pass@k samples at temperature 1.0.
-CANONICAL = {"temperature": 0.0, "tensor_parallel_size": 1, "dtype": "bfloat16", "gpu_memory_utilization": 0.9,
-             "seed": 42}
+# lm-eval's standard template: greedy, one GPU (never tensor parallel), bf16, 80% of GPU
+# memory, context 4096, seed 42. pass@k samples at temperature 1.0.
+CANONICAL = {"temperature": 0.0, "tensor_parallel_size": 1, "dtype": "bfloat16", "gpu_memory_utilization": 0.8,
+             "seed": 42, "max_model_len": 4096}
+
+
+def known_benchmarks() -> list[str]:
+    from rlvr.eval.tasks import STANDARD
+
+    return list(STANDARD) + list(BENCHMARKS)
 PASSK_TEMPERATURE = 1.0
 
 
@@ -66,7 +75,8 @@ class EvalOptions:
 
     engine: str = "vllm"
     dtype: str = CANONICAL["dtype"]
-    max_model_len: int | None = None
+    max_model_len: int | None = CANONICAL["max_model_len"]
+    shots: int | None = None               # lm-eval tasks: few-shot examples (None: the task's standard count)
     kv_cache_gib: float | None = None
     gpus: list[str] | None = None          # one engine per entry; None: the visible device(s)
     source: dict[str, str] = field(default_factory=dict)   # benchmark -> local file/folder of its rows
@@ -86,14 +96,21 @@ def is_done(out_dir: str) -> bool:
     return os.path.isfile(os.path.join(out_dir, "summary.json"))
 
 
-def _settings(ckpt: str, bench: str, opts: EvalOptions):
+def _max_tokens_and_stop(bench: str, records: list[dict] | None) -> tuple[int, tuple[str, ...]]:
+    if bench in BENCHMARKS:
+        return BENCHMARKS[bench].max_tokens, BENCHMARKS[bench].stop
+    # lm-eval tasks: each record carries the task's stop sequences; one generation length per task
+    return max((r.get("max_tokens") or 0 for r in records or []), default=0) or 256, ()
+
+
+def _settings(ckpt: str, bench: str, opts: EvalOptions, records: list[dict] | None = None):
     from rlvr.engines import EngineOptions, Sampling
     from rlvr.rollout import RolloutSettings
 
-    b = BENCHMARKS[bench]
+    max_tokens, stop = _max_tokens_and_stop(bench, records)
     n = opts.pass_at_k or 1
     sampling = Sampling(n=n, temperature=PASSK_TEMPERATURE if opts.pass_at_k else CANONICAL["temperature"],
-                        max_tokens=opts.max_tokens or b.max_tokens, stop=b.stop, seed=CANONICAL["seed"])
+                        max_tokens=opts.max_tokens or max_tokens, stop=stop, seed=CANONICAL["seed"])
     options = EngineOptions(dtype=opts.dtype, tensor_parallel_size=CANONICAL["tensor_parallel_size"],
                             gpu_memory_utilization=CANONICAL["gpu_memory_utilization"], seed=CANONICAL["seed"],
                             max_model_len=opts.max_model_len, kv_cache_gib=opts.kv_cache_gib)
@@ -104,6 +121,12 @@ def _settings(ckpt: str, bench: str, opts: EvalOptions):
 def prompts(bench: str, opts: EvalOptions) -> list[dict]:
     from rlvr.data import load_records
 
+    if bench not in BENCHMARKS:
+        from rlvr.eval import tasks
+
+        if opts.chat:
+            raise UsageError(f"{bench}: lm-eval's task prompts are plain text (--chat is for rlvr's own benchmarks)")
+        return tasks.records(bench, opts.shots, CANONICAL["seed"], opts.source.get(bench), opts.limit)
     b = BENCHMARKS[bench]
     recs = load_records(b.dataset, split=b.split, source=opts.source.get(bench), template=b.template, chat=opts.chat)
     return recs[: opts.limit] if opts.limit is not None else recs
@@ -125,7 +148,7 @@ def evaluate_checkpoint(ckpt: str, out: str, benchmarks: Sequence[str], opts: Ev
     if not todo:
         return results
     data = {b: prompts(b, opts) for b in todo}   # fail on data before paying for an engine
-    engine = build_engine(_settings(ckpt, todo[0], opts), warn)
+    engine = build_engine(_settings(ckpt, todo[0], opts, data[todo[0]]), warn)
     try:
         for b in todo:
             results[b] = evaluate_one(ckpt, dirs[b], b, opts, data[b], engine, warn)
@@ -143,7 +166,14 @@ def evaluate_one(ckpt: str, out: str, bench: str, opts: EvalOptions, records: li
     from rlvr.verification.summary import summarize
 
     os.makedirs(out, exist_ok=True)
-    settings = _settings(ckpt, bench, opts)
+    settings = _settings(ckpt, bench, opts, records)
+    std = None
+    if bench not in BENCHMARKS:
+        from rlvr.eval import tasks
+
+        std = tasks.standard(bench)
+        if std.warning and warn is not None:
+            warn(std.warning)
     t0 = time.monotonic()
     comp = os.path.join(out, "completions.jsonl")
     run_to_file(records, settings, comp, engine=engine, progress=opts.progress, warn=warn)
@@ -151,22 +181,35 @@ def evaluate_one(ckpt: str, out: str, bench: str, opts: EvalOptions, records: li
     done = list(read_records([comp]))
     with VerifierPool(jobs=opts.verify_jobs) as pool:
         verified = list(pool.verify_records(done))
+    lm = _lm_eval_scores(bench, opts, verified) if std is not None else None
     atomic_write(os.path.join(out, "results.jsonl"), b"".join(dumps(r) for r in verified))
     t2 = time.monotonic()
     verify = summarize(verified)["all"]
-    b = BENCHMARKS[bench]
-    metrics = {m: verify.get(m) for m in b.metrics}
+    if std is None:
+        b = BENCHMARKS[bench]
+        metrics = {m: verify.get(m) for m in b.metrics}
+        data_settings = {"dataset": b.dataset, "split": b.split, "template": b.template}
+    else:
+        metrics, subjects = lm
+        data_settings = {"lm_eval_task": bench, "num_fewshot": (records[0]["lm_eval"]["num_fewshot"] if records
+                                                                else opts.shots), "fewshot_seed": CANONICAL["seed"],
+                         "stop": records[0]["stop"] if records else None}
     summary = {
         "checkpoint": ckpt, "benchmark": bench, "mode": f"pass@{opts.pass_at_k}" if opts.pass_at_k else "greedy",
         "metrics": metrics, "records": len(verified),
         "prompt_too_long": sum(1 for r in verified if (r.get("generation") or {}).get("status") == "prompt_too_long"),
         "finish_reasons": _count(f for r in verified for f in r.get("finish_reasons") or []),
-        "settings": {"dataset": b.dataset, "split": b.split, "template": b.template, "chat": opts.chat,
+        "settings": {**data_settings, "chat": opts.chat,
                      "source": opts.source.get(bench), "limit": opts.limit, "engine": opts.engine,
                      "sampling": settings.sampling.to_dict(), "engine_options": _engine_opts(settings.options),
                      "gpus": opts.gpus, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")},
         "verify": verify, "seconds": {"rollout": round(t1 - t0, 3), "verify": round(t2 - t1, 3)},
     }
+    if std is not None:
+        if std.subjects:
+            summary["subjects"] = subjects
+        if std.warning:
+            summary["warning"] = std.warning
     if opts.pass_at_k:
         from rlvr.passk import records_pass_at_k
 
@@ -175,6 +218,26 @@ def evaluate_one(ckpt: str, out: str, bench: str, opts: EvalOptions, records: li
         summary["metrics"].update({f"pass@{k}": table[f"pass@{k}"] for k in table["k"]})
     write_json(os.path.join(out, "summary.json"), summary)
     return summary
+
+
+def _lm_eval_scores(bench: str, opts: EvalOptions, verified: list[dict]) -> tuple[dict, dict]:
+    """lm-eval's per-sample metrics (its filters and process_results on the first completion)
+    written into each result as `lm_eval_metrics`, beside rlvr's own verdict (`rlvr_verify,none`:
+    reward 1 on the first completion); returns (metrics over all documents, per subject)."""
+    from rlvr.eval import tasks
+
+    scored = tasks.score(bench, verified, opts.shots, CANONICAL["seed"], opts.source.get(bench), opts.limit)
+    by_id = {s["id"]: s for s in scored}
+    for r in verified:
+        s = by_id.get(r["id"])
+        if s is None:
+            continue
+        rewards = r.get("rewards") or [0.0]
+        s["metrics"]["rlvr_verify,none"] = int(rewards[0] >= 1.0)
+        r["lm_eval_metrics"] = s["metrics"]
+        r["lm_eval_filtered"] = s["filtered"]
+    agg = tasks.aggregate(bench, scored)
+    return agg.pop("all"), agg
 
 
 def _engine_opts(options) -> dict:

