@@ -314,3 +314,28 @@ def test_unloadable_folders_say_why(tiny_model_dir, tmp_path):
     with pytest.raises(CheckpointError, match="--tokenizer"):
         checkpoint.resolve(d)
     assert checkpoint.resolve(d, tokenizer=tiny_model_dir) == d
+
+
+def test_weight_update_resets_the_prefix_cache(vllm_engine, hf_engine, tiny_model_dir):
+    # A shared prefix of at least 3 KV blocks, computed (and cached) with the old weights, must
+    # not be reused after an update: log-probs after it equal those of a fresh engine holding
+    # the new weights.
+    cache = vllm_engine.llm.llm_engine.vllm_config.cache_config
+    assert cache.enable_prefix_caching   # else this test would prove nothing
+    prefix = vllm_engine.encode("count apples and say seven " * 60)
+    assert len(prefix) >= 3 * cache.block_size + 1
+    prompts = [prefix + vllm_engine.encode(f" question {i}") for i in range(2)]
+    g = Sampling(n=1, temperature=0, max_tokens=6, logprobs=True)
+    vllm_engine.generate(prompts, g)          # fills the cache with the old weights' blocks
+    new = _perturbed(tiny_model_dir)
+    fresh = create("hf", tiny_model_dir, EngineOptions(dtype="float32", max_model_len=512))
+    try:
+        vllm_engine.update_weights(new, version=3)
+        fresh.update_weights(new, version=3)
+        a, b = vllm_engine.generate(prompts, g), fresh.generate(prompts, g)
+        for x, y in zip(a, b):
+            assert x.samples[0].token_ids == y.samples[0].token_ids
+            assert max(abs(p - q) for p, q in zip(x.samples[0].logprobs, y.samples[0].logprobs)) < 1e-3
+    finally:
+        fresh.close()
+        vllm_engine.update_weights(tiny_model_dir, version=None)

