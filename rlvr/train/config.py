@@ -62,6 +62,9 @@ class RolloutConfig:
     engine_resources: dict[str, float] = field(default_factory=dict)
     """Custom Ray resources per engine actor, e.g. {inference_node: 1} to pin engines to some nodes."""
     seed: int = 0
+    stop: list[str] = field(default_factory=list)
+    """Stop strings for every prompt; a record's own `stop` (e.g. MBPP's [DONE]) is added to them.
+    Generation ends at the first one; nothing after it is generated or trained on."""
 
 
 @dataclass
@@ -142,6 +145,9 @@ class RayConfig:
     address: str | None = None
     """Join an existing cluster (e.g. auto or ray://host:10001); null starts a local one."""
     num_cpus: float | None = None
+    num_gpus: float | None = None
+    """GPUs a local Ray may use (null: every GPU the driver sees); never more than the driver's
+    CUDA_VISIBLE_DEVICES lists. Declaring GPUs on a CPU machine makes logical GPU resources."""
 
 
 @dataclass
@@ -149,6 +155,27 @@ class SyncConfig:
     timeout_s: float = 120.0
     """Wall-clock limit for one weight sync or one engine call; past it the run fails clearly."""
     generate_timeout_s: float = 1800.0
+
+
+@dataclass
+class DapoConfig:
+    """DAPO's dynamic sampling and soft overlong punishment (Yu et al., 2025). A null value
+    takes the preset's: off for `preset: grpo`, on for `preset: dapo`."""
+
+    dynamic_sampling: bool | None = None
+    """Draw more prompts until the batch holds rollout.prompts_per_step groups whose rewards
+    are not all equal (groups of equal rewards carry no signal and are left out)."""
+    max_extra_rounds: int = 4
+    """Extra generation rounds of prompts_per_step prompts per step at most; past it the step
+    trains on the informative groups it has (0 = no cap)."""
+    overlong_buffer: int | None = None
+    """Soft overlong punishment: completions longer than max_tokens - buffer tokens lose
+    reward linearly, up to overlong_penalty at max_tokens; 0 = off (dapo preset: max_tokens / 5,
+    the paper's 4096 of 20480)."""
+    overlong_penalty: float = 1.0
+
+
+PRESETS = ("grpo", "dapo")
 
 
 @dataclass
@@ -162,6 +189,26 @@ class TrainConfig:
     log: LogConfig = field(default_factory=LogConfig)
     ray: RayConfig = field(default_factory=RayConfig)
     sync: SyncConfig = field(default_factory=SyncConfig)
+    preset: str = "grpo"
+    """grpo or dapo: the defaults of the dapo section's null options."""
+    dapo: DapoConfig = field(default_factory=DapoConfig)
+
+
+def resolve_preset(cfg: TrainConfig) -> TrainConfig:
+    """Fill the dapo section's null options from cfg.preset (in place; returns cfg)."""
+    from rlvr.cli import ConfigError
+
+    if cfg.preset not in PRESETS:
+        raise ConfigError(f"preset: expected one of {', '.join(PRESETS)}, got {cfg.preset!r}")
+    on = cfg.preset == "dapo"
+    d = cfg.dapo
+    if d.dynamic_sampling is None:
+        d.dynamic_sampling = on
+    if d.overlong_buffer is None:
+        d.overlong_buffer = cfg.rollout.max_tokens // 5 if on else 0
+    if d.max_extra_rounds < 0 or d.overlong_buffer < 0 or d.overlong_buffer > cfg.rollout.max_tokens:
+        raise ConfigError("dapo.max_extra_rounds must be >= 0 and dapo.overlong_buffer in [0, rollout.max_tokens]")
+    return cfg
 
 
 def check(cfg: TrainConfig) -> list[str]:
@@ -184,6 +231,9 @@ def check(cfg: TrainConfig) -> list[str]:
         raise ConfigError("data: set exactly one of dataset and mix")
     if cfg.verify.reward_mode not in ("binary", "fraction"):
         raise ConfigError(f"verify.reward_mode: expected binary or fraction, got {cfg.verify.reward_mode!r}")
+    resolve_preset(cfg)
+    if any(not s for s in r.stop):
+        raise ConfigError("rollout.stop: stop strings must be non-empty")
     warnings = []
     if r.top_p < 1.0 or r.top_k not in (-1, 0):
         warnings.append("rollout.top_p < 1 or top_k set: truncated sampling biases the importance ratio "
