@@ -339,3 +339,20 @@ def test_weight_update_resets_the_prefix_cache(vllm_engine, hf_engine, tiny_mode
     finally:
         fresh.close()
         vllm_engine.update_weights(tiny_model_dir, version=None)
+
+
+def test_a_refused_request_fails_its_prompt_not_the_engine(vllm_engine):
+    # rlvr-train's engine actor (rlvr.train.actors.EngineActor) around the real vLLM engine:
+    # a prompt longer than the context is refused by vLLM; the others are generated.
+    from rlvr.train.actors import EngineActor
+
+    actor = object.__new__(EngineActor)
+    actor.engine, actor.version, actor.busy_s = vllm_engine, 0, 0.0
+    good = vllm_engine.encode("count apples")
+    long = vllm_engine.encode("count apples and say seven " * 90)
+    assert len(long) > vllm_engine.max_model_len
+    out = actor.generate([good, long, good], {"n": 2, "temperature": 1.0, "top_p": 1.0, "top_k": -1,
+                                              "max_tokens": 4}, [1, 2, 3], [None, None, ["\u2603"]])
+    assert list(out["errors"]) == [1] and out["samples"][1] == []
+    assert [len(s) for s in out["samples"]] == [2, 0, 2]
+    assert vllm_engine.health()["ok"]

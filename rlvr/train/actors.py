@@ -95,7 +95,7 @@ class EngineActor:
                     self._check_alive()
                     errors[i] = f"{type(e).__name__}: {str(e).strip()[:300]}"
         outs = [[{"text": x.text, "token_ids": list(x.token_ids), "finish_reason": x.finish_reason,
-                  "logprobs": list(x.logprobs or [])} for x in results[i].samples] if i in results else []
+                  "stop_reason": x.stop_reason, "logprobs": list(x.logprobs or [])} for x in results[i].samples] if i in results else []
                 for i in range(len(prompt_ids))]
         dt = time.monotonic() - t0
         self.busy_s += dt

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from rlvr.cli import Failure
 from rlvr.runs import (Traces, checkpoint_dir, commit_checkpoint, end_manifest, init_run_dir, latest_checkpoint,
                        prune_checkpoints, tmp_checkpoint_dir, truncate_traces, update_manifest)
-from rlvr.train.batch import GT_FIELDS, Filled, Group, assemble, fill, verify  # noqa: F401 (GT_FIELDS: old home)
+from rlvr.train.batch import Filled, Group, assemble, fill, verify
 from rlvr.train.config import TrainConfig, resolve_preset
 from rlvr.train.metrics import Faults, StepTimes, rollout_record, sample_record, step_metrics, unusable_record
 from rlvr.train.schedule import Round, Schedule

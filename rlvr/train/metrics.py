@@ -94,6 +94,7 @@ def rollout_record(g, version: int) -> dict:
     out = dict(g.verified)
     out.update({"step": version, "policy_version": g.version_start, "policy_version_end": g.version_end,
                 "epoch": g.epoch, "finish_reasons": [s.get("finish_reason") for s in g.samples],
+                "stop_reasons": [s.get("stop_reason") for s in g.samples],
                 "completion_tokens": [len(s["token_ids"]) for s in g.samples]})
     return out
 
