@@ -91,6 +91,19 @@ def _build_llm(LLM: Any, kw: dict, in_process: bool, set_env: bool = True) -> An
             pass
 
 
+def _plain_logprob_token_text(llm: Any) -> None:
+    """When vLLM detokenizes (stop strings) it also turns each log-prob's token id into text,
+    and for a SentencePiece-style tokenizer (a Metaspace pre-tokenizer) it fails on ids the
+    tokenizer lacks, which a model with a padded vocabulary can sample ("'NoneType' object is
+    not iterable"). Only the numbers are read here: use the plain per-token decode."""
+    try:
+        from vllm.tokenizers import detokenizer_utils
+
+        setattr(llm.get_tokenizer(), detokenizer_utils._CACHED_MARKER_KEY, None)
+    except Exception:  # noqa: BLE001 - another vLLM version: nothing to work around
+        pass
+
+
 def _platform_is_cpu() -> bool:
     from vllm.platforms import current_platform
 
@@ -144,6 +157,7 @@ class VLLMEngine(Engine):
             self.llm = _build_llm(LLM, kw, in_process, set_env=user_env not in ("0", "1"))
         except Exception as e:  # vLLM raises many types; keep the message, drop the noise
             raise EngineError(f"vLLM could not load {model}: {type(e).__name__}: {e}") from e
+        _plain_logprob_token_text(self.llm)
         self.in_process = in_process
         self.on_cpu = on_cpu
         self.tokenizer = load_tokenizer(self.path, options.tokenizer)

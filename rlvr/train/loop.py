@@ -506,7 +506,9 @@ class Run:
             except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as ex:
                 # The weights come from the trainer: tell a dead trainer from a dead engine.
                 self._trainer_call(self.trainer.version.remote(), f"the weight sync to version {version}")
-                raise Failure(f"weight sync to version {version} failed: an engine died ({ex.__class__.__name__})") from None
+                why = str(ex).strip().splitlines()[-1][:200] if str(ex).strip() else ""
+                raise Failure(f"weight sync to version {version} failed: an engine died or refused it "
+                              f"({ex.__class__.__name__}: {why})") from None
         else:
             self.pending_syncs = dict(enumerate(refs))
         return time.monotonic() - t0
