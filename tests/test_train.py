@@ -253,6 +253,20 @@ def test_overlong_prompt_is_dropped_and_stop_strings_end_training_rollouts(ray_s
         assert r["train/tokens"] <= sum(sum(x["completion_tokens"]) for x in done if x["step"] == r["step"])
 
 
+def test_dapo_preset_trains_full_batches_of_informative_groups(ray_session, base_model, tmp_path):
+    cfg = cfg_for(base_model, "train.steps=2", "checkpoint.every=0", "preset=dapo", "dapo.max_extra_rounds=0", *SMALL)
+    run(cfg, tmp_path)
+    rows = trace(tmp_path)
+    assert [r["step"] for r in rows] == [1, 2]
+    assert sum(r["sampling/groups_filtered"] for r in rows) > 0     # groups of equal rewards were drawn...
+    assert max(r["sampling/rounds"] for r in rows) > 1               # ...so more prompts were
+    for r in rows:
+        assert r["sampling/groups_trained"] == 8 and r["train/sequences"] == 8 * 4
+        assert r["sampling/groups_drawn"] == 8 * r["sampling/rounds"]
+    ids = [x["id"] for x in trace(tmp_path, "rollouts.jsonl")]
+    assert len(ids) == sum(r["sampling/groups_drawn"] for r in rows) == len(set(ids))
+
+
 def test_config_errors_exit_2(tmp_path):
     bad = tmp_path / "c.yaml"
     bad.write_text("train:\n  stpes: 3\n")
