@@ -196,7 +196,7 @@ class TrainConfig:
 
 def resolve_preset(cfg: TrainConfig) -> TrainConfig:
     """Fill the dapo section's null options from cfg.preset (in place; returns cfg)."""
-    from rlvr.cli import ConfigError
+    from rlvr.errors import ConfigError
 
     if cfg.preset not in PRESETS:
         raise ConfigError(f"preset: expected one of {', '.join(PRESETS)}, got {cfg.preset!r}")

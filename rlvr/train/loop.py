@@ -25,7 +25,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from rlvr.cli import Failure
+from rlvr.errors import ConfigError, Failure
 from rlvr.runs import (Traces, checkpoint_dir, commit_checkpoint, end_manifest, init_run_dir, latest_checkpoint,
                        prune_checkpoints, tmp_checkpoint_dir, truncate_traces, update_manifest)
 from rlvr.train.batch import Filled, Group, assemble, fill, verify
@@ -230,9 +230,9 @@ class Run:
                                                  "trainer_ranks": nodes[ne:]})
         self.max_prompt_len = min(ray.get([e.max_model_len.remote() for e in self.engines])) - cfg.rollout.max_tokens
         if self.max_prompt_len < 1:
-            raise Failure(f"rollout.max_tokens {cfg.rollout.max_tokens} leaves no room for a prompt in the engines' "
-                          f"context ({self.max_prompt_len + cfg.rollout.max_tokens} tokens): raise "
-                          "rollout.max_model_len or lower rollout.max_tokens", code=2)
+            raise ConfigError(f"rollout.max_tokens {cfg.rollout.max_tokens} leaves no room for a prompt in the "
+                              f"engines' context ({self.max_prompt_len + cfg.rollout.max_tokens} tokens): raise "
+                              "rollout.max_model_len or lower rollout.max_tokens")
         log(f"{len(self.engines)} engine(s) and the trainer ready in {time.monotonic() - t0:.1f}s")
         self.synced_version = start_step
         # Engines loaded the same weights the trainer holds: tag them with its version.
