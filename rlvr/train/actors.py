@@ -81,8 +81,8 @@ class EngineActor:
         results: dict[int, object] = {}
         errors: dict[int, str] = {}
         try:
-            for i, res in self.engine.stream(((i, p, s, sp) for i, (p, s, sp) in enumerate(zip(prompt_ids, seeds, per))),
-                                             base):
+            requests = ((i, p, s, sp) for i, (p, s, sp) in enumerate(zip(prompt_ids, seeds, per)))
+            for i, res in self.engine.stream(requests, base):
                 results[i] = res
         except Exception:  # noqa: BLE001 - one request or the engine? ask each request alone
             self._check_alive()
@@ -95,8 +95,8 @@ class EngineActor:
                     self._check_alive()
                     errors[i] = f"{type(e).__name__}: {str(e).strip()[:300]}"
         outs = [[{"text": x.text, "token_ids": list(x.token_ids), "finish_reason": x.finish_reason,
-                  "stop_reason": x.stop_reason, "logprobs": list(x.logprobs or [])} for x in results[i].samples] if i in results else []
-                for i in range(len(prompt_ids))]
+                  "stop_reason": x.stop_reason, "logprobs": list(x.logprobs or [])} for x in results[i].samples]
+                if i in results else [] for i in range(len(prompt_ids))]
         dt = time.monotonic() - t0
         self.busy_s += dt
         return {"samples": outs, "errors": errors, "version_start": v0, "version_end": self.version, "seconds": dt}

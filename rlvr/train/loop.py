@@ -286,7 +286,7 @@ class Run:
 
     def _loop(self, pool, traces, start_step: int, uploader) -> dict:
         cfg = self.cfg
-        total = cfg.train.steps
+        total, every = cfg.train.steps, cfg.checkpoint.every
         last: dict = {}
         t_start = time.monotonic()
         trained = start_step
@@ -310,16 +310,16 @@ class Run:
             self.schedule.trained(rounds)
             self.times.sync = self._sync(version, wait=(cfg.train.max_staleness == 0))
             self.times.step = time.monotonic() - t_step
+            samples = last.get("samples/total", 0.0) + len(a.lengths)
             metrics = step_metrics(version, a, filled, m, self.times, self.faults, queue_depth=queue_depth,
-                                   engines=len(self.engines), samples_total=float(len(a.lengths) + last.get(
-                                       "samples/total", 0.0)), elapsed=time.monotonic() - t_start)
+                                   engines=len(self.engines), samples_total=samples,
+                                   elapsed=time.monotonic() - t_start)
             self._write(traces, metrics, filled.drawn, version)
             self._progress(metrics, version, start_step, total, t_start)
             last, trained = metrics, version
-            every = cfg.checkpoint.every
             if version == total or (every and version % every == 0):
                 self._checkpoint(version, uploader)
-        if trained > start_step and trained != total and not (cfg.checkpoint.every and trained % cfg.checkpoint.every == 0):
+        if trained > start_step and trained != total and not (every and trained % every == 0):
             self._checkpoint(trained, uploader)  # the data ran out before train.steps
         return last
 
@@ -550,9 +550,8 @@ class Run:
 
         t0 = time.monotonic()
         tmp = tmp_checkpoint_dir(self.run_dir, step)
-        self._trainer_call([t.save.remote(tmp, {"step": step, "config": self.config_yaml,
-                                                               "data": self.schedule.data_state()}) for t in self.trainers],
-                           f"saving checkpoint {step}")
+        state = {"step": step, "config": self.config_yaml, "data": self.schedule.data_state()}
+        self._trainer_call([t.save.remote(tmp, state) for t in self.trainers], f"saving checkpoint {step}")
         final = checkpoint_dir(self.run_dir, step)
         commit_checkpoint(tmp, final)
         prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last)

@@ -22,7 +22,7 @@ class Round:
     index: int
     items: list                     # [(record, epoch)] of the stream
     chunks: list = field(default_factory=list)   # what the engines were sent (rlvr.train.loop.Chunk)
-    dropped: list = field(default_factory=list)  # [(record, epoch, why)]: never sent (e.g. too long)
+    dropped: list = field(default_factory=list)  # [(record, epoch, prompt tokens)]: too long, never sent
 
 
 class Schedule:
