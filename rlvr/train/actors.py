@@ -33,6 +33,16 @@ def _arrays_to_tensors(weights):
     return out
 
 
+def placement() -> dict:
+    """Where this actor runs: node, process, and the GPUs Ray assigned to it (CUDA_VISIBLE_DEVICES
+    as Ray set it in this process; null where it assigned none)."""
+    import ray
+
+    ctx = ray.get_runtime_context()
+    return {"node_id": ctx.get_node_id(), "pid": os.getpid(), "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "ray_gpu_ids": [str(g) for g in ctx.get_accelerator_ids().get("GPU", [])]}
+
+
 class EngineActor:
     """One rollout engine (vLLM or HF) in its own Ray worker process."""
 
@@ -49,21 +59,55 @@ class EngineActor:
         self.busy_s = 0.0
         self.born = time.monotonic()
 
-    def generate(self, prompt_ids: list[list[int]], sampling: dict, seeds: list[int] | None) -> dict:
-        """n samples for each prompt: token ids, log-probs, finish reasons, and the version used."""
+    def generate(self, prompt_ids: list[list[int]], sampling: dict, seeds: list[int] | None,
+                 stops: list[list[str]] | None = None) -> dict:
+        """n samples for each prompt: token ids, log-probs, finish reasons, and the version used.
+
+        stops: each prompt's own stop strings (else sampling["stop"]). A request the engine
+        refuses (e.g. a prompt over its context) fails that prompt only: its index is in
+        "errors" with the message. An error that leaves the engine unusable is raised (the
+        driver restarts the engine)."""
+        from dataclasses import replace
+
         from rlvr.engines.base import Sampling
 
         t0 = time.monotonic()
         v0 = self.version
-        params = Sampling(n=sampling["n"], temperature=sampling["temperature"], top_p=sampling["top_p"],
-                          top_k=max(0, sampling["top_k"]), max_tokens=sampling["max_tokens"],
-                          stop=tuple(sampling.get("stop") or ()), seed=0, logprobs=True)
-        results = self.engine.generate(prompt_ids, params, seeds=seeds)
+        base = Sampling(n=sampling["n"], temperature=sampling["temperature"], top_p=sampling["top_p"],
+                        top_k=max(0, sampling["top_k"]), max_tokens=sampling["max_tokens"],
+                        stop=tuple(sampling.get("stop") or ()), seed=0, logprobs=True)
+        per = [replace(base, stop=tuple(s)) if s is not None else base for s in (stops or [None] * len(prompt_ids))]
+        seeds = list(seeds) if seeds is not None else [None] * len(prompt_ids)
+        results: dict[int, object] = {}
+        errors: dict[int, str] = {}
+        try:
+            requests = ((i, p, s, sp) for i, (p, s, sp) in enumerate(zip(prompt_ids, seeds, per)))
+            for i, res in self.engine.stream(requests, base):
+                results[i] = res
+        except Exception:  # noqa: BLE001 - one request or the engine? ask each request alone
+            self._check_alive()
+            for i in range(len(prompt_ids)):
+                if i in results:
+                    continue
+                try:
+                    results[i] = self.engine.generate([prompt_ids[i]], per[i], seeds=[seeds[i]])[0]
+                except Exception as e:  # noqa: BLE001
+                    self._check_alive()
+                    errors[i] = f"{type(e).__name__}: {str(e).strip()[:300]}"
         outs = [[{"text": x.text, "token_ids": list(x.token_ids), "finish_reason": x.finish_reason,
-                  "logprobs": list(x.logprobs or [])} for x in r.samples] for r in results]
+                  "stop_reason": x.stop_reason, "logprobs": list(x.logprobs or [])} for x in results[i].samples]
+                if i in results else [] for i in range(len(prompt_ids))]
         dt = time.monotonic() - t0
         self.busy_s += dt
-        return {"samples": outs, "version_start": v0, "version_end": self.version, "seconds": dt}
+        return {"samples": outs, "errors": errors, "version_start": v0, "version_end": self.version, "seconds": dt}
+
+    def _check_alive(self) -> None:
+        health = self.engine.health()
+        if not health["ok"]:
+            raise RuntimeError(f"the engine is unusable: {health['detail']}")
+
+    def max_model_len(self) -> int:
+        return int(self.engine.max_model_len)
 
     def update_weights(self, weights, version: int) -> float:
         t0 = time.monotonic()
@@ -101,9 +145,7 @@ class EngineActor:
         return True
 
     def node(self) -> dict:
-        import ray
-
-        return {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
+        return placement()
 
 
 class TrainerActor:
@@ -195,6 +237,4 @@ class TrainerActor:
         return self.t.device
 
     def node(self) -> dict:
-        import ray
-
-        return {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
+        return placement()

@@ -63,6 +63,9 @@ class RolloutConfig:
     engine_resources: dict[str, float] = field(default_factory=dict)
     """Custom Ray resources per engine actor, e.g. {inference_node: 1} to pin engines to some nodes."""
     seed: int = 0
+    stop: list[str] = field(default_factory=list)
+    """Stop strings for every prompt; a record's own `stop` (e.g. MBPP's [DONE]) is added to them.
+    Generation ends at the first one; nothing after it is generated or trained on."""
 
 
 @dataclass
@@ -185,6 +188,9 @@ class RayConfig:
     """Ray's temporary folder (logs, sockets, object spilling) when rlvr-train starts Ray, e.g.
     on NVMe when the root filesystem is small (--ray-temp-dir). null: Ray's default (/tmp/ray).
     A cluster joined with ray.address keeps its own (`ray start --head --temp-dir DIR`)."""
+    num_gpus: float | None = None
+    """GPUs a local Ray may use (null: every GPU the driver sees); never more than the driver's
+    CUDA_VISIBLE_DEVICES lists. Declaring GPUs on a CPU machine makes logical GPU resources."""
 
 
 @dataclass
@@ -201,6 +207,27 @@ class SyncConfig:
 
 
 @dataclass
+class DapoConfig:
+    """DAPO's dynamic sampling and soft overlong punishment (Yu et al., 2025). A null value
+    takes the preset's: off for `preset: grpo`, on for `preset: dapo`."""
+
+    dynamic_sampling: bool | None = None
+    """Draw more prompts until the batch holds rollout.prompts_per_step groups whose rewards
+    are not all equal (groups of equal rewards carry no signal and are left out)."""
+    max_extra_rounds: int = 4
+    """Extra generation rounds of prompts_per_step prompts per step at most; past it the step
+    trains on the informative groups it has (0 = no cap)."""
+    overlong_buffer: int | None = None
+    """Soft overlong punishment: completions longer than max_tokens - buffer tokens lose
+    reward linearly, up to overlong_penalty at max_tokens; 0 = off (dapo preset: max_tokens / 5,
+    the paper's 4096 of 20480)."""
+    overlong_penalty: float = 1.0
+
+
+PRESETS = ("grpo", "dapo")
+
+
+@dataclass
 class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -212,6 +239,26 @@ class TrainConfig:
     log: LogConfig = field(default_factory=LogConfig)
     ray: RayConfig = field(default_factory=RayConfig)
     sync: SyncConfig = field(default_factory=SyncConfig)
+    preset: str = "grpo"
+    """grpo or dapo: the defaults of the dapo section's null options."""
+    dapo: DapoConfig = field(default_factory=DapoConfig)
+
+
+def resolve_preset(cfg: TrainConfig) -> TrainConfig:
+    """Fill the dapo section's null options from cfg.preset (in place; returns cfg)."""
+    from rlvr.errors import ConfigError
+
+    if cfg.preset not in PRESETS:
+        raise ConfigError(f"preset: expected one of {', '.join(PRESETS)}, got {cfg.preset!r}")
+    on = cfg.preset == "dapo"
+    d = cfg.dapo
+    if d.dynamic_sampling is None:
+        d.dynamic_sampling = on
+    if d.overlong_buffer is None:
+        d.overlong_buffer = cfg.rollout.max_tokens // 5 if on else 0
+    if d.max_extra_rounds < 0 or d.overlong_buffer < 0 or d.overlong_buffer > cfg.rollout.max_tokens:
+        raise ConfigError("dapo.max_extra_rounds must be >= 0 and dapo.overlong_buffer in [0, rollout.max_tokens]")
+    return cfg
 
 
 def check(cfg: TrainConfig) -> list[str]:
@@ -254,6 +301,9 @@ def check(cfg: TrainConfig) -> list[str]:
         raise ConfigError(f"sync.method {cfg.sync.method} needs rollout.engine vllm")
     if not cfg.sync.bucket_mb > 0:
         raise ConfigError(f"sync.bucket_mb: must be > 0, got {cfg.sync.bucket_mb}")
+    resolve_preset(cfg)
+    if any(not s for s in r.stop):
+        raise ConfigError("rollout.stop: stop strings must be non-empty")
     warnings = []
     if cfg.ray.address and cfg.ray.temp_dir:
         warnings.append("ray.temp_dir is ignored when joining a cluster (ray.address): the cluster keeps the "

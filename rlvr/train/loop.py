@@ -1,16 +1,21 @@
 """rlvr-train's driver: data stream -> engine actors -> verifier pool -> trainer actor -> weights.
 
-One loop serves the synchronous and the asynchronous mode. Batch k (prompts [kB, (k+1)B) of
-the stream) trains the optimizer step that turns policy version k into k+1. It is admitted to
-the engines only once the weights they will generate with have version v >= k - max_staleness,
-so every sample obeys t - v <= max_staleness at the step that uses it; with max_staleness 0
-the loop is synchronous (generate, verify, train, sync). The bound paces admission: nothing is
-generated that would be too stale, so nothing is discarded for staleness.
+One loop serves the synchronous and the asynchronous mode; each concern has its own module:
+rlvr.train.schedule (which prompts go to the engines, and when: staleness), rlvr.train.batch
+(rewards, dynamic sampling, advantages, the trainer's batch), rlvr.train.metrics (what a step
+writes). A step reads:
+
+    admit rounds the staleness bound allows -> collect this step's groups -> verify
+    -> dynamic sampling (draw more) -> assemble the batch -> train -> sync weights
+    -> metrics and traces -> checkpoint
 
 Weights go from the trainer to every engine after each step, tagged with the new version.
 Engine calls run in order per actor, so an update lands between two generate calls. A dead or
 hung engine (no answer within sync.generate_timeout_s) is killed, restarted from the current
-weights and its prompts are requeued (counted as faults/requeued_prompts); training goes on.
+weights and its prompts are requeued (counted as faults/requeued_prompts); training goes on. A
+prompt that cannot fit the engine's context is never sent (faults/dropped_prompts), and a
+request the engine refuses fails that prompt only (faults/failed_prompts): neither restarts an
+engine. Both are written to traces/rollouts.jsonl with their status.
 """
 
 from __future__ import annotations
@@ -18,20 +23,18 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections import defaultdict
 from dataclasses import dataclass
 
-import numpy as np
-
 from rlvr.engines.base import prompt_seed
-from rlvr.errors import Failure
+from rlvr.errors import ConfigError, Failure
 from rlvr.messages import say
 from rlvr.runs import (Traces, checkpoint_dir, commit_checkpoint, end_manifest, init_run_dir, latest_checkpoint,
                        prune_checkpoints, tmp_checkpoint_dir, truncate_traces, update_manifest)
-from rlvr.train.config import TrainConfig
+from rlvr.train.batch import Filled, Group, assemble, fill, verify
+from rlvr.train.config import TrainConfig, resolve_preset
+from rlvr.train.metrics import Faults, StepTimes, rollout_record, sample_record, step_metrics, unusable_record
+from rlvr.train.schedule import Round, Schedule
 from rlvr.train.trainer import merge_metrics
-
-GT_FIELDS = ("answer", "tests", "test_setup", "test", "entry_point", "prefix", "instruction_id_list", "kwargs")
 
 
 def log(msg: str) -> None:
@@ -42,7 +45,7 @@ def log(msg: str) -> None:
 class Chunk:
     engine: int
     ref: object
-    items: list        # [(record, epoch)]
+    items: list        # [(record, epoch, prompt ids, stop strings)]
     submitted: float
     actor: object = None  # the engine actor it was sent to (a restarted engine is a new actor)
 
@@ -54,14 +57,34 @@ def prompt_token_ids(tokenizer, prompt) -> list[int]:
     return encode_prompt(tokenizer, prompt, chat_template=False)
 
 
+def prompt_stops(rec: dict, default: list[str]) -> list[str]:
+    """The stop strings of a prompt: the config's, then the record's own (as rlvr-rollout)."""
+    extra = rec.get("stop") or []
+    if isinstance(extra, str):
+        extra = [extra]
+    return list(dict.fromkeys([*default, *(s for s in extra if s)]))
+
+
 class Run:
     def __init__(self, cfg: TrainConfig, run_dir: str, argv: list[str], config_yaml: str, resume: bool):
-        self.cfg = cfg
+        self.cfg = resolve_preset(cfg)
         self.run_dir = run_dir
         self.argv = argv
         self.config_yaml = config_yaml
         self.resume = resume
-        self.faults = defaultdict(int)
+        self.faults = Faults()
+        self.tokenizer = None
+        self.trainers: list = []
+        self.trainer = None
+        self.engines: list = []
+        self.engine_count = 0                    # engine actors ever made (names stay unique)
+        self.base_path: str | None = None
+        self.max_prompt_len: int | None = None   # longest prompt that fits an engine's context
+        self.schedule: Schedule | None = None
+        self.synced_version = 0                  # the version the engines hold (or will, once synced)
+        self.pending_syncs: dict[int, object] = {}   # engine -> an update not yet confirmed (async mode)
+        self.last_done: dict[int, float] = {}    # engine -> when it last delivered
+        self.times = StepTimes()
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -82,7 +105,9 @@ class Run:
         return m.path
 
     def _env(self) -> dict:
-        keep = ("OMP_NUM_THREADS", "VLLM_CPU_KVCACHE_SPACE", "TOKENIZERS_PARALLELISM", "CUDA_VISIBLE_DEVICES",
+        # CUDA_VISIBLE_DEVICES is not passed on: Ray sets it in each actor to the GPUs it
+        # assigned to that actor (copying the driver's would give every actor the same ones).
+        keep = ("OMP_NUM_THREADS", "VLLM_CPU_KVCACHE_SPACE", "TOKENIZERS_PARALLELISM", "CUDA_DEVICE_ORDER",
                 "HF_HUB_OFFLINE", "VLLM_LOGGING_LEVEL", "PYTHONPATH")
         env = {k: os.environ[k] for k in keep if k in os.environ}
         env.setdefault("OMP_NUM_THREADS", "1")
@@ -92,6 +117,8 @@ class Run:
     def _ray_init(self) -> None:
         import ray
 
+        from rlvr.train.placement import ray_gpu_args
+
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         if ray.is_initialized():
             return
@@ -100,11 +127,19 @@ class Run:
         kw: dict = {"include_dashboard": False, "log_to_driver": bool(os.environ.get("RLVR_DEBUG")),
                     "logging_level": "ERROR"}
         if self.cfg.ray.address:
+            if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
+                log("CUDA_VISIBLE_DEVICES does not limit a running Ray cluster: start its nodes with it "
+                    "(ray start under CUDA_VISIBLE_DEVICES=...)")
             ray.init(address=self.cfg.ray.address, **kw)
         else:
             if self.cfg.ray.temp_dir:  # e.g. NVMe when / is small; Ray wants an absolute path
                 os.makedirs(self.cfg.ray.temp_dir, exist_ok=True)
                 kw["_temp_dir"] = os.path.abspath(self.cfg.ray.temp_dir)
+            gpus, note = ray_gpu_args(self.cfg.ray.num_gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
+            if note:
+                log(note)
+            if gpus is not None:
+                kw["num_gpus"] = gpus
             ray.init(num_cpus=self.cfg.ray.num_cpus or os.cpu_count(), **kw)
 
     def _has_gpus(self) -> bool:
@@ -131,8 +166,8 @@ class Run:
             res["num_gpus"] = r.engine_num_gpus * r.tensor_parallel_size
         if r.engine_resources:
             res["resources"] = dict(r.engine_resources)
-        self._engine_count = getattr(self, "_engine_count", 0) + 1
-        name = f"rlvr-engine-{self._engine_count}-{os.getpid()}-{id(self):x}"
+        self.engine_count += 1
+        name = f"rlvr-engine-{self.engine_count}-{os.getpid()}-{id(self):x}"
         return ray.remote(max_restarts=0, max_concurrency=1, **res)(EngineActor).options(name=name).remote(
             model_path, r.engine, self._engine_options(), self._env())
 
@@ -156,7 +191,8 @@ class Run:
                  for r, a in enumerate(actors)])
         return actors
 
-    # -- the loop ----------------------------------------------------------------------------
+
+    # -- the run -----------------------------------------------------------------------------
 
     def run(self) -> dict:
         import ray
@@ -185,18 +221,22 @@ class Run:
         t0 = time.monotonic()
         self.trainers = self._new_trainers(model_path, base)
         self.trainer = self.trainers[0]
+        data_state = None
         if start_step:
-            self._trainer_call([t.load_state.remote(model_path) for t in self.trainers], "loading the checkpoint")
-        self.model_path = model_path
+            states = self._trainer_call([t.load_state.remote(model_path) for t in self.trainers],
+                                        "loading the checkpoint")
+            data_state = states[0].get("data")
         self.base_path = base
-        self._pending_syncs = {}
-        self._last_done = {}
-        self._prompt_ids: dict[str, list[int]] = {}
         self.engines = [self._new_engine(model_path) for _ in range(cfg.rollout.num_engines)]
         nodes = ray.get([e.node.remote() for e in self.engines] + [t.node.remote() for t in self.trainers])
         ne = len(self.engines)
         update_manifest(self.run_dir, placement={"engines": nodes[:ne], "trainer": nodes[ne],
                                                  "trainer_ranks": nodes[ne:]})
+        self.max_prompt_len = min(ray.get([e.max_model_len.remote() for e in self.engines])) - cfg.rollout.max_tokens
+        if self.max_prompt_len < 1:
+            raise ConfigError(f"rollout.max_tokens {cfg.rollout.max_tokens} leaves no room for a prompt in the "
+                              f"engines' context ({self.max_prompt_len + cfg.rollout.max_tokens} tokens): raise "
+                              "rollout.max_model_len or lower rollout.max_tokens")
         log(f"{len(self.engines)} engine(s) and the trainer ready in {time.monotonic() - t0:.1f}s")
         self.synced_version = start_step
         from rlvr.train import weight_sync
@@ -205,6 +245,8 @@ class Run:
         # Engines loaded the same weights the trainer holds: tag them with its version.
         if start_step:
             self._sync(start_step, wait=True)
+        self.schedule = Schedule(stream, cfg.rollout.prompts_per_step, cfg.train.steps, cfg.train.max_staleness,
+                                 start_step, data_state)
         uploader = self._uploader()
         traces = Traces(self.run_dir)
         from rlvr.verification.pool import VerifierPool
@@ -216,14 +258,14 @@ class Run:
         last: dict = {}
         try:
             with pool:
-                last = self._loop(stream, pool, traces, start_step, uploader)
+                last = self._loop(pool, traces, start_step, uploader)
             status = "completed"
         except KeyboardInterrupt:
             status = "interrupted"
             raise
         finally:
             traces.close()
-            end_manifest(self.run_dir, status, final_metrics=last, faults=dict(self.faults))
+            end_manifest(self.run_dir, status, final_metrics=last, faults=self.faults.as_dict())
             for a in self.engines + self.trainers:
                 try:
                     ray.kill(a)
@@ -254,44 +296,147 @@ class Run:
         up.live([os.path.join(run_dir, p) for p in u.live], u.trace_interval_s)
         return up
 
+    # -- the loop ----------------------------------------------------------------------------
+
+    def _loop(self, pool, traces, start_step: int, uploader) -> dict:
+        cfg = self.cfg
+        total, every = cfg.train.steps, cfg.checkpoint.every
+        last: dict = {}
+        t_start = time.monotonic()
+        trained = start_step
+        for step in range(start_step, total):
+            t_step = time.monotonic()
+            self.times = StepTimes()
+            self.schedule.admit(self.synced_version, self._launch)
+            if not self.schedule.has(step):
+                log(f"data stream ended after {step} steps")
+                break
+            queue_depth = self.schedule.in_flight()
+            rounds = self.schedule.take(step)
+            first = self._rollout(rounds[0], pool, traces, step)
+            self._confirm_syncs(step)
+            filled = self._dynamic_sampling(first, rounds, pool, traces, step)
+            a = self._assemble(filled.groups, step)
+            t0 = time.monotonic()
+            m = merge_metrics(self._trainer_call([t.step.remote(a.batch) for t in self.trainers], f"step {step + 1}"))
+            self.times.train = time.monotonic() - t0
+            version = step + 1
+            self.schedule.trained(rounds)
+            self.times.sync = self._sync(version, wait=(cfg.train.max_staleness == 0))
+            self.times.step = time.monotonic() - t_step
+            samples = last.get("samples/total", 0.0) + len(a.lengths)
+            metrics = step_metrics(version, a, filled, m, self.times, self.faults, queue_depth=queue_depth,
+                                   engines=len(self.engines), samples_total=samples,
+                                   elapsed=time.monotonic() - t_start)
+            self._write(traces, metrics, filled.drawn, version)
+            if uploader is not None:
+                uploader.tick()  # the live traces changed: sent on the uploader's thread
+            self._progress(metrics, version, start_step, total, t_start)
+            last, trained = metrics, version
+            if version == total or (every and version % every == 0):
+                self._checkpoint(version, uploader)
+        if trained > start_step and trained != total and not (every and trained % every == 0):
+            self._checkpoint(trained, uploader)  # the data ran out before train.steps
+        return last
+
+    def _rollout(self, rnd: Round, pool, traces, step: int) -> list[Group]:
+        """Collect a round's groups and their rewards; write its unusable prompts to the trace."""
+        t0 = time.monotonic()
+        groups = self._collect(rnd, traces, step)
+        self.times.rollout += time.monotonic() - t0
+        t0 = time.monotonic()
+        verify(pool, groups)
+        self.times.reward += time.monotonic() - t0
+        return groups
+
+    def _dynamic_sampling(self, first: list[Group], rounds: list[Round], pool, traces, step: int) -> Filled:
+        """Without dynamic sampling: the round as it is. With it: more rounds until the batch
+        holds prompts_per_step informative groups (rlvr.train.batch.fill)."""
+        d = self.cfg.dapo
+        if not d.dynamic_sampling:
+            return Filled(first, first, 1)
+
+        def more() -> list[Group] | None:
+            r = self.schedule.draw()
+            if r is None:
+                return None
+            self._launch(r)
+            rounds.append(r)
+            return self._rollout(r, pool, traces, step)
+
+        filled = fill(first, self.cfg.rollout.prompts_per_step, more, d.max_extra_rounds)
+        if len(filled.groups) < self.cfg.rollout.prompts_per_step:
+            log(f"step {step + 1}: {len(filled.groups)} informative groups of {self.cfg.rollout.prompts_per_step} "
+                f"after {filled.rounds} rounds (dapo.max_extra_rounds {d.max_extra_rounds})")
+        return filled
+
+    def _assemble(self, groups: list[Group], step: int):
+        cfg, d = self.cfg, self.cfg.dapo
+        t = cfg.train
+        a = assemble(groups, step, t.scale_rewards, t.filter_zero_std, t.mask_truncated, cfg.rollout.max_tokens,
+                     d.overlong_buffer or 0, d.overlong_penalty)
+        if max(a.staleness, default=0) > t.max_staleness:
+            raise Failure(f"internal error: staleness {max(a.staleness)} > max_staleness {t.max_staleness} "
+                          f"at step {step}")
+        return a
+
+    def _write(self, traces, metrics: dict, groups: list[Group], version: int) -> None:
+        traces.metrics(metrics)
+        for i, g in enumerate(groups):
+            traces.rollout(rollout_record(g, version))
+            if i < self.cfg.log.samples_per_step:
+                traces.sample(sample_record(g, version))
+        if self.cfg.log.stdout:
+            from rlvr.records import dumps
+
+            sys.stdout.buffer.write(dumps(metrics))
+            sys.stdout.flush()
+
+    def _progress(self, metrics: dict, version: int, start_step: int, total: int, t_start: float) -> None:
+        done = version - start_step
+        eta = (time.monotonic() - t_start) / done * (total - version) if done else 0
+        log(f"step {version}/{total} reward {metrics['reward/mean']:.3f} "
+            f"len {metrics['completions/mean_length']:.1f} tok/s {metrics['throughput/tokens_per_s']:.0f} "
+            f"staleness {metrics['staleness/mean']:.2f} step {metrics['time/step_s']:.2f}s ETA {eta:.0f}s")
+
+    # -- engines -----------------------------------------------------------------------------
+
     def _sampling(self) -> dict:
         r = self.cfg.rollout
         return {"n": r.n, "temperature": r.temperature, "top_p": r.top_p, "top_k": r.top_k,
-                "max_tokens": r.max_tokens, "stop": None}
+                "max_tokens": r.max_tokens, "stop": list(r.stop)}
 
-    def _launch(self, k: int, stream, launched: dict) -> bool:
-        items = stream.batch(k, self.cfg.rollout.prompts_per_step)
-        if not items:
-            return False
-        chunks = []
+    def _launch(self, rnd: Round) -> None:
+        """Send a round's prompts to the engines (prompt i to engine i mod E); prompts too long
+        for the engines' context are kept back, as rlvr-rollout does."""
+        items = []
+        for rec, ep in rnd.items:
+            ids = prompt_token_ids(self.tokenizer, rec["prompt"])
+            if len(ids) > self.max_prompt_len:
+                rnd.dropped.append((rec, ep, len(ids)))
+                continue
+            items.append((rec, ep, ids, prompt_stops(rec, self.cfg.rollout.stop)))
         ne = len(self.engines)
-        for e in range(ne):
-            part = items[e::ne]
-            if part:
-                chunks.append(self._submit(e, part))
-        launched[k] = chunks
-        return True
+        rnd.chunks = [self._submit(e, items[e::ne]) for e in range(ne) if items[e::ne]]
 
     def _submit(self, e: int, items) -> Chunk:
-        ids = [prompt_token_ids(self.tokenizer, rec["prompt"]) for rec, _ in items]
-        for (rec, _), x in zip(items, ids):
-            self._prompt_ids[rec["id"]] = x  # reused when the batch is built: tokenise once
-        seeds = [prompt_seed(self.cfg.rollout.seed, rec["id"], ep) for rec, ep in items]
-        ref = self.engines[e].generate.remote(ids, self._sampling(), seeds)
+        seeds = [prompt_seed(self.cfg.rollout.seed, rec["id"], ep) for rec, ep, _, _ in items]
+        ref = self.engines[e].generate.remote([ids for _, _, ids, _ in items], self._sampling(), seeds,
+                                              [stops for _, _, _, stops in items])
         return Chunk(e, ref, items, time.monotonic(), self.engines[e])
 
     def _restart_engine(self, e: int, why: str) -> None:
         import ray
 
         log(f"engine {e} {why}: restarting it")
-        self.faults["engine_restarts"] += 1
+        self.faults.add("engine_restarts")
         if self.faults["engine_restarts"] > 5 * max(1, len(self.engines)):
             raise Failure("rollout engines keep failing (more than 5 restarts each): giving up")
         try:
             ray.kill(self.engines[e], no_restart=True)
         except Exception:  # noqa: BLE001
             pass
-        self._pending_syncs.pop(e, None)  # died with the old actor; the new one is synced below
+        self.pending_syncs.pop(e, None)  # died with the old actor; the new one is synced below
         # From the base model (a resumed run's checkpoint folder may since have been pruned),
         # then the current weights.
         self.engines[e] = self._new_engine(self.base_path)
@@ -300,17 +445,23 @@ class Run:
         except (ray.exceptions.GetTimeoutError, ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as ex:
             raise Failure(f"engine {e} could not be restarted ({type(ex).__name__}: "
                           f"{str(ex).strip().splitlines()[-1][:200]})") from None
-        self._last_done[e] = time.monotonic()
+        self.last_done[e] = time.monotonic()
 
-    def _collect(self, chunks: list[Chunk]) -> list[tuple]:
-        """Wait for a batch's chunks; requeue those of engines that died or hung.
-        Returns (record, epoch, sample group, version_start, version_end) per prompt, in the
-        batch's prompt order (chunk e holds prompts e, e+E, e+2E, ... of the batch)."""
+    def _collect(self, rnd: Round, traces, step: int) -> list[Group]:
+        """Wait for a round's chunks; requeue those of engines that died or hung. Returns the
+        groups in the round's prompt order (chunk e holds prompts e, e+E, ... of those sent);
+        prompts kept back or refused by the engine go to the rollouts trace with their status."""
         import ray
 
+        version = step + 1
+        for rec, ep, n_tokens in rnd.dropped:
+            self.faults.add("dropped_prompts")
+            traces.rollout(unusable_record(rec, ep, version, "prompt_too_long",
+                                           f"prompt has {n_tokens} tokens, over the limit of {self.max_prompt_len} "
+                                           f"(max_model_len - rollout.max_tokens)", n_tokens))
         ne = len(self.engines)
-        out: dict[int, tuple] = {}
-        pending = list(chunks)
+        out: dict[int, Group] = {}
+        pending = list(rnd.chunks)
         limit = self.cfg.sync.generate_timeout_s
         while pending:
             ready, _ = ray.wait([c.ref for c in pending], num_returns=1, timeout=5.0)
@@ -325,21 +476,27 @@ class Run:
                             ray.exceptions.RayTaskError) as ex:
                         if current:  # else: queued on an engine already replaced, just resend
                             self._restart_engine(c.engine, f"failed ({type(ex).__name__})")
-                        self.faults["requeued_prompts"] += len(c.items)
+                        self.faults.add("requeued_prompts", len(c.items))
                         nxt.append(self._submit(c.engine, c.items))
                         continue
-                    self._last_done[c.engine] = now
-                    self._engine_busy += res["seconds"]
-                    for j, ((rec, ep), group) in enumerate(zip(c.items, res["samples"])):
-                        out[j * ne + c.engine] = (rec, ep, group, res["version_start"], res["version_end"])
+                    self.last_done[c.engine] = now
+                    self.times.engine_busy += res["seconds"]
+                    errors = res.get("errors") or {}
+                    for j, ((rec, ep, ids, _), samples) in enumerate(zip(c.items, res["samples"])):
+                        if j in errors:  # this request failed, the engine did not
+                            self.faults.add("failed_prompts")
+                            traces.rollout(unusable_record(rec, ep, version, "generation_error", errors[j], len(ids)))
+                            continue
+                        out[j * ne + c.engine] = Group(rec, ep, ids, samples, res["version_start"],
+                                                       res["version_end"])
                 # A chunk queued behind others on its engine is timed from when the engine
                 # last delivered, not from its submission.
-                elif current and now - max(c.submitted, self._last_done.get(c.engine, 0.0)) > limit:
+                elif current and now - max(c.submitted, self.last_done.get(c.engine, 0.0)) > limit:
                     self._restart_engine(c.engine, f"gave no answer in {limit:.0f}s")
-                    self.faults["requeued_prompts"] += len(c.items)
+                    self.faults.add("requeued_prompts", len(c.items))
                     nxt.append(self._submit(c.engine, c.items))
                 elif not current:
-                    self.faults["requeued_prompts"] += len(c.items)
+                    self.faults.add("requeued_prompts", len(c.items))
                     nxt.append(self._submit(c.engine, c.items))
                 else:
                     nxt.append(c)
@@ -363,159 +520,28 @@ class Run:
             except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as ex:
                 # The weights come from the trainer: tell a dead trainer from a dead engine.
                 self._trainer_call(self.trainer.version.remote(), f"the weight sync to version {version}")
-                raise Failure(f"weight sync to version {version} failed: an engine died ({ex.__class__.__name__})") from None
+                why = str(ex).strip().splitlines()[-1][:200] if str(ex).strip() else ""
+                raise Failure(f"weight sync to version {version} failed: an engine died or refused it "
+                              f"({ex.__class__.__name__}: {why})") from None
         else:
-            self._pending_syncs = refs
+            self.pending_syncs = refs
         return time.monotonic() - t0
 
-    def _loop(self, stream, pool, traces, start_step: int, uploader) -> dict:
+    def _confirm_syncs(self, step: int) -> None:
+        """Async mode: the updates sent after the previous step must have landed by now."""
         import ray
-        import torch
-
-        from rlvr.grpo import group_advantages
-        from rlvr.train.trainer import Batch
 
         cfg = self.cfg
-        S = cfg.train.max_staleness
-        total = cfg.train.steps
-        launched: dict[int, list[Chunk]] = {}
-        next_launch = start_step
-        last: dict = {}
-        t_start = time.monotonic()
-        self._pending_syncs = {}
-        self._last_done = {}
-        trained = start_step
-        for step in range(start_step, total):
-            t_step = time.monotonic()
-            self._engine_busy = 0.0
-            while next_launch < total and next_launch <= self.synced_version + S:
-                if not self._launch(next_launch, stream, launched):
-                    break
-                next_launch += 1
-            if step not in launched:
-                log(f"data stream ended after {step} steps")
-                break
-            queue_depth = len(launched) - 1
-            t0 = time.monotonic()
-            results = self._collect(launched.pop(step))
-            t_rollout = time.monotonic() - t0
-            for e, ref in list(self._pending_syncs.items()):
-                try:
-                    ray.get(ref, timeout=cfg.sync.timeout_s + cfg.sync.generate_timeout_s)
-                except ray.exceptions.GetTimeoutError:
-                    self._restart_engine(e, "did not apply a weight update in time")
-                except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as ex:
-                    # the weights come from the trainer: a dead trainer ends the run
-                    self._trainer_call(self.trainer.version.remote(), f"the weight sync to version {step}")
-                    self._restart_engine(e, f"failed a weight update ({type(ex).__name__})")
-            self._pending_syncs = {}
-            # -- rewards ---------------------------------------------------------------------
-            t0 = time.monotonic()
-            recs = []
-            for rec, ep, group, v0, v1 in results:
-                r = {k: rec[k] for k in ("id", "dataset", "verifier", "prompt", *GT_FIELDS) if k in rec}
-                r["completions"] = [s["text"] for s in group]
-                recs.append(r)
-            verified = list(pool.verify_records(iter(recs)))
-            t_reward = time.monotonic() - t0
-            # -- batch -------------------------------------------------------------------------
-            G = cfg.rollout.n
-            rewards = torch.tensor([v["rewards"] for v in verified], dtype=torch.float32)   # [B, G]
-            adv, zero_std = group_advantages(rewards, cfg.train.scale_rewards)               # [B, G], [B]
-            b = Batch([], [], [], [], [])
-            lengths, truncated, stale = [], 0, []
-            for i, (rec, ep, group, v0, v1) in enumerate(results):
-                pids = self._prompt_ids.pop(rec["id"], None) or prompt_token_ids(self.tokenizer, rec["prompt"])
-                for j, s in enumerate(group):
-                    b.prompt_ids.append(pids)
-                    b.completion_ids.append(list(s["token_ids"]))
-                    b.advantages.append(float(adv[i, j]))
-                    b.behaviour_logprobs.append(list(s.get("logprobs") or []))
-                    cut = s.get("finish_reason") == "length"
-                    truncated += cut
-                    lengths.append(len(s["token_ids"]))
-                    keep = not (cfg.train.filter_zero_std and bool(zero_std[i]))
-                    if cfg.train.mask_truncated and cut:
-                        keep = False
-                    b.loss_mask.append(keep)
-                    stale.append(step - v0)
-            if max(stale, default=0) > S:
-                raise Failure(f"internal error: staleness {max(stale)} > max_staleness {S} at step {step}")
-            t0 = time.monotonic()
-            m = merge_metrics(self._trainer_call([t.step.remote(b) for t in self.trainers], f"step {step + 1}"))
-            t_train = time.monotonic() - t0
-            version = step + 1
-            t_sync = self._sync(version, wait=(S == 0))
-            # -- metrics, traces -----------------------------------------------------------------
-            wall = time.monotonic() - t_step
-            tokens = int(sum(lengths))
-            metrics = {
-                "step": version, "policy_version": version,
-                "reward/mean": float(rewards.mean()), "reward/std": float(rewards.std()) if rewards.numel() > 1 else 0.0,
-                "reward/frac_zero_std": float(zero_std.float().mean()),
-            }
-            per_ds = defaultdict(list)
-            for v in verified:
-                per_ds[v.get("dataset") or "unknown"].extend(v["rewards"])
-            for ds, rs in per_ds.items():
-                metrics[f"reward/{ds}/mean"] = float(np.mean(rs))
-            metrics.update({k: m[k] for k in m})
-            hist = defaultdict(int)
-            for s_ in stale:
-                hist[s_] += 1
-            metrics.update({
-                "completions/mean_length": float(np.mean(lengths)) if lengths else 0.0,
-                "completions/clipped_ratio": truncated / max(1, len(lengths)),
-                "time/rollout_s": t_rollout, "time/reward_s": t_reward, "time/train_s": t_train, "time/sync_s": t_sync,
-                "time/step_s": wall,
-                "throughput/tokens_per_s": tokens / wall if wall > 0 else 0.0,
-                "throughput/samples_per_s": len(lengths) / wall if wall > 0 else 0.0,
-                "staleness/mean": float(np.mean(stale)) if stale else 0.0,
-                "staleness/max": float(max(stale, default=0)),
-                **{f"staleness/count_{k}": float(v) for k, v in sorted(hist.items())},
-                "queue/batches_in_flight": float(queue_depth),
-                "idle/trainer_s": max(0.0, wall - t_train),
-                # engine time not spent generating, summed over engines (approximate in async
-                # mode, where a step collects work that started during the previous one)
-                "idle/engines_s": max(0.0, len(self.engines) * wall - self._engine_busy),
-                "faults/engine_restarts": float(self.faults["engine_restarts"]),
-                "faults/requeued_prompts": float(self.faults["requeued_prompts"]),
-                "faults/dropped_prompts": 0.0,
-                "samples/total": float((step + 1 - start_step) * G * cfg.rollout.prompts_per_step),
-                "time/elapsed_s": time.monotonic() - t_start,
-            })
-            traces.metrics(metrics)
-            for i, v in enumerate(verified):
-                rec, ep, group, v0, v1 = results[i]
-                out = dict(v)
-                out.update({"step": version, "policy_version": v0, "policy_version_end": v1, "epoch": ep,
-                            "finish_reasons": [s.get("finish_reason") for s in group]})
-                traces.rollout(out)
-                if i < cfg.log.samples_per_step:
-                    traces.sample({"step": version, "id": v["id"], "prompt": v["prompt"],
-                                   "completion": v["completions"][0] if v["completions"] else "",
-                                   "reward": v["rewards"][0] if v["rewards"] else None,
-                                   "verdict": v["verdicts"][0] if v.get("verdicts") else None})
-            if uploader is not None:
-                uploader.tick()  # the live traces changed: sent on the uploader's thread
-            if cfg.log.stdout:
-                from rlvr.records import dumps
-
-                sys.stdout.buffer.write(dumps(metrics))
-                sys.stdout.flush()
-            done = version - start_step
-            eta = (time.monotonic() - t_start) / done * (total - version) if done else 0
-            log(f"step {version}/{total} reward {metrics['reward/mean']:.3f} "
-                f"len {metrics['completions/mean_length']:.1f} tok/s {metrics['throughput/tokens_per_s']:.0f} "
-                f"staleness {metrics['staleness/mean']:.2f} step {wall:.2f}s ETA {eta:.0f}s")
-            last = metrics
-            trained = version
-            every = cfg.checkpoint.every
-            if version == total or (every and version % every == 0):
-                self._checkpoint(version, uploader)
-        if trained > start_step and trained != total and not (cfg.checkpoint.every and trained % cfg.checkpoint.every == 0):
-            self._checkpoint(trained, uploader)  # the data ran out before train.steps
-        return last
+        for e, ref in list(self.pending_syncs.items()):
+            try:
+                ray.get(ref, timeout=cfg.sync.timeout_s + cfg.sync.generate_timeout_s)
+            except ray.exceptions.GetTimeoutError:
+                self._restart_engine(e, "did not apply a weight update in time")
+            except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as ex:
+                # the weights come from the trainer: a dead trainer ends the run
+                self._trainer_call(self.trainer.version.remote(), f"the weight sync to version {step}")
+                self._restart_engine(e, f"failed a weight update ({type(ex).__name__})")
+        self.pending_syncs = {}
 
     def _trainer_call(self, ref, what: str):
         """ray.get on a trainer call; a dead or failing trainer ends the run with one clear line."""
@@ -534,12 +560,10 @@ class Run:
         raise Failure(f"{why}; {where}")
 
     def _checkpoint(self, step: int, uploader) -> None:
-        import ray
-
         t0 = time.monotonic()
         tmp = tmp_checkpoint_dir(self.run_dir, step)
-        self._trainer_call([t.save.remote(tmp, {"step": step, "config": self.config_yaml}) for t in self.trainers],
-                           f"saving checkpoint {step}")
+        state = {"step": step, "config": self.config_yaml, "data": self.schedule.data_state()}
+        self._trainer_call([t.save.remote(tmp, state) for t in self.trainers], f"saving checkpoint {step}")
         final = checkpoint_dir(self.run_dir, step)
         commit_checkpoint(tmp, final)
         prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last, self.cfg.checkpoint.keep_every)

@@ -1,0 +1,120 @@
+"""Batch assembly of rlvr-train without Ray or engines: DAPO's dynamic sampling and soft
+overlong punishment, data rounds and their resume state, the GPU-count rule of a local Ray."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlvr.config import load_config
+from rlvr.train.batch import Group, assemble, fill, overlong_penalty
+from rlvr.train.config import TrainConfig, resolve_preset
+from rlvr.train.placement import ray_gpu_args
+from rlvr.train.schedule import Schedule
+
+N = 4   # samples per prompt
+
+
+def group(i: int, rewards: list[float], lengths: list[int] | None = None) -> Group:
+    lengths = lengths or [3] * len(rewards)
+    samples = [{"text": "x", "token_ids": [1] * n, "finish_reason": "stop", "logprobs": [-0.5] * n} for n in lengths]
+    g = Group({"id": f"p{i}", "prompt": "q"}, 0, [5, 6], samples, 0, 0)
+    g.verified = {"id": f"p{i}", "dataset": "toy", "rewards": rewards}
+    return g
+
+
+def rounds_with_half_constant(start: int, size: int = 4) -> list[Group]:
+    """A round where every other group has equal rewards (no signal)."""
+    return [group(i, [1.0] * N if i % 2 else [1.0, 0.0, 0.0, 1.0]) for i in range(start, start + size)]
+
+
+def test_dynamic_sampling_fills_the_batch_with_informative_groups():
+    B = 4
+    drawn = []
+
+    def more():
+        r = rounds_with_half_constant(100 + 10 * len(drawn))
+        drawn.append(r)
+        return r
+
+    filled = fill(rounds_with_half_constant(0), B, more, max_extra_rounds=4)
+    assert filled.rounds == 2 and len(drawn) == 1                      # one extra round was enough
+    assert len(filled.drawn) == 8 and filled.filtered == 4
+    a = assemble(filled.groups, 0, "group", True, False, max_tokens=16)
+    assert len(a.batch.prompt_ids) == B * N                               # prompts_per_step x n sequences
+    assert all(a.batch.loss_mask) and not bool(a.zero_std.any())
+    # without dynamic sampling the same round trains on half its groups
+    plain = assemble(rounds_with_half_constant(0), 0, "group", True, False, max_tokens=16)
+    assert sum(plain.batch.loss_mask) == B * N // 2
+
+
+def test_dynamic_sampling_stops_at_the_cap_and_at_the_end_of_data():
+    calls = []
+
+    def more():
+        calls.append(1)
+        return [group(50 + len(calls), [0.0] * N)]
+
+    f = fill([group(0, [1.0, 0.0, 1.0, 1.0])], 4, more, max_extra_rounds=2)
+    assert len(calls) == 2 and f.rounds == 3 and len(f.groups) == 1
+    f = fill([group(0, [0.0] * N)], 4, lambda: None, max_extra_rounds=0)
+    assert f.rounds == 1 and f.groups == []
+    assert len(assemble(f.groups, 0, "group", True, False, max_tokens=16).batch.prompt_ids) == 0
+
+
+def test_soft_overlong_punishment():
+    # DAPO: 0 up to max - buffer, then linear to -1 at max_tokens
+    assert [overlong_penalty(n, 20, 5) for n in (10, 15, 16, 18, 20, 25)] == [0, 0, -0.2, -0.6, -1, -1]
+    assert overlong_penalty(20, 20, 0) == 0.0 and overlong_penalty(20, 20, 5, factor=0.5) == -0.5
+    # equal rewards but different lengths: the long sample gets the lower advantage
+    a = assemble([group(0, [1.0, 1.0], lengths=[4, 20])], 0, "none", True, False, max_tokens=20, overlong_buffer=8)
+    assert a.batch.advantages == [0.5, -0.5] and a.penalties == [0.0, -1.0]
+
+
+def test_presets():
+    grpo = resolve_preset(load_config(TrainConfig, None, ["rollout.max_tokens=100"]))
+    assert (grpo.dapo.dynamic_sampling, grpo.dapo.overlong_buffer) == (False, 0)
+    dapo = resolve_preset(load_config(TrainConfig, None, ["rollout.max_tokens=100", "preset=dapo"]))
+    assert (dapo.dapo.dynamic_sampling, dapo.dapo.overlong_buffer) == (True, 20)
+    own = resolve_preset(load_config(TrainConfig, None, ["preset=dapo", "dapo.dynamic_sampling=false"]))
+    assert own.dapo.dynamic_sampling is False
+
+
+class Stream:
+    def batch(self, k, size):
+        return [({"id": f"r{k}.{i}"}, 0) for i in range(size)] if k < 100 else None
+
+
+def test_rounds_resume_where_the_trained_steps_left_off():
+    s = Schedule(Stream(), 2, 10, 1, 0)
+    launched = []
+    s.admit(0, launched.append)                        # steps 0 and 1 (staleness 1): rounds 0, 1
+    assert [r.index for r in launched] == [0, 1]
+    r0 = s.take(0)
+    extra = s.draw()                                   # dynamic sampling: step 0 draws round 2
+    s.trained(r0 + [extra])
+    state = s.data_state()
+    assert state == {"data_cursor": 1, "data_used": [2]}
+    again = Schedule(Stream(), 2, 10, 1, 1, state)     # resumed after step 1: round 1, then 3
+    assert [again.draw().index, again.draw().index] == [1, 3]
+    # without extra rounds, step k trains on round k (prompts [kB, (k+1)B))
+    plain = Schedule(Stream(), 2, 10, 0, 3)
+    got = []
+    plain.admit(3, got.append)
+    assert [r.index for r in got] == [3] and got[0].items[0][0]["id"] == "r3.0"
+
+
+def test_local_ray_gpus_stay_within_the_drivers_devices():
+    assert ray_gpu_args(8, "0,1,2,3,4,5")[0] == 6
+    assert ray_gpu_args(4, "0,1,2,3,4,5") == (4, None)
+    assert ray_gpu_args(None, "0,1") == (None, None)     # Ray's own detection reads the variable
+    assert ray_gpu_args(8, None) == (8, None)
+    assert ray_gpu_args(2, "")[0] == 0
+
+
+@pytest.mark.parametrize("bad", ["preset=ppo", "dapo.max_extra_rounds=-1"])
+def test_bad_dapo_settings(bad):
+    from rlvr.cli import ConfigError
+    from rlvr.train.config import check
+
+    with pytest.raises(ConfigError):
+        check(load_config(TrainConfig, None, [bad]))
