@@ -42,13 +42,13 @@ def test_tasks_are_a_benchmark_and_a_shot_count():
     for bad in ("gsm8k:x", "gsm8k:", "a b", ""):
         with pytest.raises(UsageError):
             sweep.parse_task(bad)
-    sweep.check_tasks([sweep.Task("toy"), sweep.Task("gsm8k", 8)], ev.BENCHMARKS, shots_supported=True)
+    sweep.check_tasks([sweep.Task("toy"), sweep.Task("gsm8k", 8)], ev.known_benchmarks(), shots_supported=True)
     with pytest.raises(UsageError, match="unknown benchmark 'gsm9k'"):
-        sweep.check_tasks([sweep.Task("gsm9k")], ev.BENCHMARKS, shots_supported=True)
+        sweep.check_tasks([sweep.Task("gsm9k")], ev.known_benchmarks(), shots_supported=True)
     with pytest.raises(UsageError, match="no --shots"):
-        sweep.check_tasks([sweep.Task("gsm8k", 8)], ev.BENCHMARKS, shots_supported=False)
+        sweep.check_tasks([sweep.Task("gsm8k", 8)], ev.known_benchmarks(), shots_supported=False)
     with pytest.raises(UsageError, match="given twice"):
-        sweep.check_tasks([sweep.Task("toy"), sweep.Task("toy")], ev.BENCHMARKS, shots_supported=False)
+        sweep.check_tasks([sweep.Task("toy"), sweep.Task("toy")], ev.known_benchmarks(), shots_supported=False)
 
 
 def test_jobs_files_list_or_lines_and_bad_input_names_the_line_and_field(tmp_path):
@@ -243,8 +243,8 @@ def test_no_free_gpu_fails_and_usage_errors(tmp_path):
     assert r.returncode == 4 and "no free GPU" in r.stderr
     r = invoke("rlvr-eval", ["--jobs", str(jobs), str(tmp_path / "o"), "-b", "toy", "--range", "3"])
     assert r.code == 2 and "START:END" in r.stderr
-    r = invoke("rlvr-eval", ["--jobs", str(jobs), str(tmp_path / "o")])      # the standard set needs --shots
-    assert r.code == 2 and "the standard task set (gsm8k:8 gsm8k:4 math_qwen:4 ifeval:0 mbpp:3)" in r.stderr
+    # the standard task set is what rlvr-eval runs by default: every task and shot count is known
+    sweep.check_tasks(list(sweep.DEFAULT_TASKS), ev.known_benchmarks(), shots_supported=True)
     r = invoke("rlvr-eval", ["--jobs", str(jobs), "--watch", "x/*", str(tmp_path / "o"), "-b", "toy"])
     assert r.code == 2 and "do not go together" in r.stderr
     r = invoke("rlvr-eval", ["x", str(tmp_path / "o"), "-b", "toy", "--range", "0:1"])
