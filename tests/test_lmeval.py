@@ -243,7 +243,7 @@ def test_rlvr_verify_beside_lm_evals_pass_at_1_on_code_tasks():
     wrong code, its verdict (rlvr_verify) agrees with lm-eval's pass@1."""
     import orjson
 
-    from rlvr.verifiers.pool import VerifierPool
+    from rlvr.verification.pool import VerifierPool
 
     mbpp_rows = [r for r in map(orjson.loads, open(SOURCES["mbpp"], "rb")) if 11 <= r["task_id"] <= 510]
     he_rows = [orjson.loads(ln) for ln in open(f"{D}/humaneval/test.jsonl", "rb")]

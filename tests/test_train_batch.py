@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlvr.config import load_config
+from rlvr.config_loader import load_config
 from rlvr.train.batch import Group, assemble, fill, overlong_penalty
 from rlvr.train.config import TrainConfig, resolve_preset
 from rlvr.train.placement import ray_gpu_args
