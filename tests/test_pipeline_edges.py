@@ -120,7 +120,7 @@ def test_eval_table_of_a_missing_folder_fails_and_names_with_pipes_stay_cells(tm
     r = invoke("rlvr-eval", ["--table", str(tmp_path / "nope")])
     assert r.code == 2 and "is not a folder" in r.stderr
     r = invoke("rlvr-eval", ["--table", str(tmp_path)])
-    assert r.code == 0 and "no evaluation summaries" in r.stderr
+    assert r.code == 0 and "no rlvr summaries or lm-eval results" in r.stderr
     recs = [{"id": "a", "dataset": "x|y", "rewards": [1, 0]}, {"id": "b", "dataset": "z", "rewards": [0, 0]}]
     r = invoke("rlvr-passk", ["--format", "markdown"], jsonl(*recs))
     assert r.code == 0, r.stderr
