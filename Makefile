@@ -20,8 +20,13 @@ help:
 install:
 	bash scripts/install.sh
 
+# The test files run in 3 worker processes, one file per worker at a time (pytest-xdist,
+# --dist loadfile keeps a file's Ray cluster and engines in one process). Many tests wait on
+# engines, servers and child processes, so 3 workers overlap that waiting on 2 cores.
+# One file alone: .venv/bin/python -m pytest tests/test_x.py
+TEST_WORKERS ?= 3
 test:
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests -n $(TEST_WORKERS) --dist loadfile
 
 bench:
 	@set -e; for b in bench/bench_*.py; do echo "== $$b" >&2; $(PY) $$b; done

@@ -15,7 +15,8 @@ from rlvr.errors import UsageError
 from rlvr.train.config import TrainConfig, check
 from rlvr.train.loop import train
 from rlvr.train.weight_sync import choose
-from test_train import act_when, first_step_done, kill_named, ray_session  # noqa: F401 - the session fixture
+from test_train import ray_session  # noqa: F401 - the session fixture
+from test_train_faults import act_when, first_step_done, kill_named
 
 TINY = os.path.join(REPO, "configs", "tiny-cpu.yaml")
 
