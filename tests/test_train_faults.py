@@ -39,15 +39,30 @@ def kill_named(ray, prefix: str, killed: list) -> None:
             killed.append(name)
 
 
-@pytest.mark.parametrize("staleness", [0, 1])
-def test_engine_killed_mid_run_is_restarted(ray_session, base_model, tmp_path, staleness):
+@pytest.mark.parametrize("when,staleness", [("sync", 0), ("generate", 1)])
+def test_engine_killed_mid_run_is_restarted(ray_session, base_model, tmp_path, monkeypatch, when, staleness):
+    # sync: the engine dies as the weights of step 2 are sent to it (the driver waits for that
+    # sync); generate: it dies at a moment of the run's choosing, after the first step.
     import ray
+
+    from rlvr.train import weight_sync
 
     cfg = cfg_for(base_model, "train.steps=4", "checkpoint.every=0", f"train.max_staleness={staleness}", *SMALL)
     killed = []
-    th = act_when(lambda: first_step_done(tmp_path), lambda: kill_named(ray, "rlvr-engine-", killed))
-    run(cfg, tmp_path)
-    th.join(timeout=300)
+    if when == "sync":
+        push = weight_sync.ObjectStoreSync.push
+
+        def push_to_a_dying_engine(self, version):
+            if version == 2 and not killed:
+                kill_named(ray, "rlvr-engine-", killed)
+            return push(self, version)
+
+        monkeypatch.setattr(weight_sync.ObjectStoreSync, "push", push_to_a_dying_engine)
+        run(cfg, tmp_path)
+    else:
+        th = act_when(lambda: first_step_done(tmp_path), lambda: kill_named(ray, "rlvr-engine-", killed))
+        run(cfg, tmp_path)
+        th.join(timeout=300)
     rows = trace(tmp_path)
     assert killed and [r["step"] for r in rows] == [1, 2, 3, 4]
     assert rows[-1]["faults/engine_restarts"] >= 1

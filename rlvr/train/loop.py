@@ -504,28 +504,47 @@ class Run:
         return [out[i] for i in sorted(out)]
 
     def _sync(self, version: int, wait: bool) -> float:
-        import ray
-
         t0 = time.monotonic()
         refs = self.weight_sync.push(version)   # {engine index: ref} (a broadcast: + the trainer ranks')
         self.synced_version = version
         if wait or self.weight_sync.blocking:
             # a broadcast waits for the engines' queued generate calls too when the loop is asynchronous
-            limit = self.cfg.sync.timeout_s + (0 if wait else self.cfg.sync.generate_timeout_s)
+            self._await_sync(refs, version, self.cfg.sync.timeout_s + (0 if wait else self.cfg.sync.generate_timeout_s))
+        else:
+            self.pending_syncs = refs
+        return time.monotonic() - t0
+
+    def _await_sync(self, refs: dict, version: int, limit: float) -> None:
+        """Wait for a sync's calls ({engine index or "trainer-<rank>": ref}). An engine that died
+        on the way is restarted, which brings it (and, for a broadcast, every engine again) to
+        `version`; the other members' errors are then those of the broken group. A dead trainer,
+        a hung sync, or an engine that refused the weights ends the run."""
+        import ray
+
+        deadline = time.monotonic() + limit
+        dead, refused = [], []
+        for key, ref in refs.items():
             try:
-                ray.get(list(refs.values()), timeout=limit)
+                ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
             except ray.exceptions.GetTimeoutError:
                 raise Failure(f"weight sync to version {version} took longer than {limit:.0f}s "
                               f"(sync.timeout_s): an engine is hung") from None
             except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as ex:
-                # The weights come from the trainer: tell a dead trainer from a dead engine.
-                self._trainer_call(self.trainer.version.remote(), f"the weight sync to version {version}")
-                why = str(ex).strip().splitlines()[-1][:200] if str(ex).strip() else ""
-                raise Failure(f"weight sync to version {version} failed: an engine died or refused it "
-                              f"({ex.__class__.__name__}: {why})") from None
-        else:
-            self.pending_syncs = refs
-        return time.monotonic() - t0
+                if isinstance(key, int) and isinstance(ex, ray.exceptions.RayActorError):
+                    dead.append(key)
+                else:
+                    refused.append(ex)
+        if not dead and not refused:
+            return
+        # The weights come from the trainer: tell a dead trainer from a dead engine.
+        self._trainer_call(self.trainer.version.remote(), f"the weight sync to version {version}")
+        if not dead:
+            ex = refused[0]
+            why = str(ex).strip().splitlines()[-1][:200] if str(ex).strip() else ""
+            raise Failure(f"weight sync to version {version} failed: an engine refused it "
+                          f"({ex.__class__.__name__}: {why})")
+        for e in dead:
+            self._restart_engine(e, "died during a weight sync")
 
     def _confirm_syncs(self, step: int) -> None:
         """Async mode: the updates sent after the previous step must have landed by now."""
