@@ -121,7 +121,7 @@ def bench_sync(tmp, reps: int = 5):
     from rlvr.train.actors import EngineActor, TrainerActor
     from rlvr.train.config import TrainerConfig
 
-    ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    ray.init(address="local", num_cpus=4, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     rows = []
     try:
         for hidden, layers in ((128, 2), (512, 4), (1024, 8)):

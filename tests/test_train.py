@@ -29,7 +29,7 @@ def ray_session():
     import ray
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    ray.init(address="local", num_cpus=4, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     yield
     ray.shutdown()
 
@@ -164,6 +164,11 @@ def test_ray_temp_dir_reaches_ray_init(tmp_path, monkeypatch):
     cfg = load_config(TrainConfig, TINY, [f"ray.temp_dir={tmp_path}/ray"])
     Run(cfg, str(tmp_path / "run"), ["rlvr-train"], "", False)._ray_init()
     assert seen[-1]["_temp_dir"] == f"{tmp_path}/ray" and os.path.isdir(f"{tmp_path}/ray")
+    assert seen[-1]["address"] == "local"  # its own Ray, even beside a cluster `ray start` left here
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")  # as `ray job submit` sets it: join that cluster
+    Run(cfg, str(tmp_path / "run"), ["rlvr-train"], "", False)._ray_init()
+    assert seen[-1]["address"] == "10.0.0.1:6379" and "num_cpus" not in seen[-1] and "_temp_dir" not in seen[-1]
+    monkeypatch.delenv("RAY_ADDRESS")
     cfg.ray.address = "auto"  # a joined cluster keeps its own folder
     Run(cfg, str(tmp_path / "run"), ["rlvr-train"], "", False)._ray_init()
     assert "_temp_dir" not in seen[-1] and seen[-1]["address"] == "auto"

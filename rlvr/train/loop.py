@@ -126,11 +126,17 @@ class Run:
         # raised in actors always surface through ray.get.
         kw: dict = {"include_dashboard": False, "log_to_driver": bool(os.environ.get("RLVR_DEBUG")),
                     "logging_level": "ERROR"}
-        if self.cfg.ray.address:
+        # ray.address, else RAY_ADDRESS (set by `ray job submit` for its entrypoint), joins a
+        # running cluster; otherwise a local Ray of our own, even where `ray start` left one on
+        # this machine (Ray's ray.init() would attach to that).
+        address = self.cfg.ray.address or os.environ.get("RAY_ADDRESS", "").strip()
+        if address:
             if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
                 log("CUDA_VISIBLE_DEVICES does not limit a running Ray cluster: start its nodes with it "
                     "(ray start under CUDA_VISIBLE_DEVICES=...)")
-            ray.init(address=self.cfg.ray.address, **kw)
+            if not self.cfg.ray.address:
+                log(f"joining the Ray cluster at {address} (RAY_ADDRESS)")
+            ray.init(address=address, **kw)
         else:
             if self.cfg.ray.temp_dir:  # e.g. NVMe when / is small; Ray wants an absolute path
                 os.makedirs(self.cfg.ray.temp_dir, exist_ok=True)
@@ -140,7 +146,7 @@ class Run:
                 log(note)
             if gpus is not None:
                 kw["num_gpus"] = gpus
-            ray.init(num_cpus=self.cfg.ray.num_cpus or os.cpu_count(), **kw)
+            ray.init(address="local", num_cpus=self.cfg.ray.num_cpus or os.cpu_count(), **kw)
 
     def _has_gpus(self) -> bool:
         import ray
