@@ -111,6 +111,32 @@ def test_models_come_from_s3_once_and_hub_names_look_there_first(s3env, bucket, 
     assert [x["id"] for x in r.records()] == ["p1"] and len(r.records()[0]["completions"]) == 1
 
 
+def test_each_node_loads_the_model_the_driver_fetched(s3env, bucket, tmp_path, monkeypatch):
+    # ResolvedModel.local() as a Ray actor on another node runs it: the driver's copy where it
+    # is visible (no S3 call), else this node's own cache, holding the same objects.
+    from rlvr.errors import Failure
+    from rlvr.models import resolve_model
+    from rlvr.tiny import build
+
+    c = s3env.client()
+    _upload_folder(c, build(str(tmp_path / "tiny")), bucket, "models/m/")
+    monkeypatch.setenv("RLVR_CACHE", str(tmp_path / "driver"))
+    m = resolve_model(f"s3://{bucket}/models/m/")
+    assert m.path.startswith(str(tmp_path / "driver")) and "config.json" in m.version
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens: any S3 call would fail
+    assert m.local() == m.path
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3env.endpoint_url)
+    monkeypatch.setenv("RLVR_CACHE", str(tmp_path / "node2"))
+    hidden = m.path + ".hidden"
+    os.rename(m.path, hidden)  # another node: the driver's folder is not there
+    other = m.local()
+    assert other.startswith(str(tmp_path / "node2")) and sorted(os.listdir(other)) == sorted(os.listdir(hidden))
+    c.put_object(Bucket=bucket, Key="models/m/config.json", Body=b'{"changed": true}')
+    monkeypatch.setenv("RLVR_CACHE", str(tmp_path / "node3"))
+    with pytest.raises(Failure, match="changed on S3 after the run fetched it"):
+        m.local()
+
+
 @pytest.fixture(scope="module")
 def ray_local():  # one local Ray for the training tests of this module
     import ray

@@ -31,8 +31,10 @@ HELP = with_examples(
     checkpoint.keep_last N keeps the newest N checkpoints, and checkpoint.keep_every K
     also keeps every K-th step's, so an rlvr-eval --watch that lags loses none of those.
 
-    Ray: rlvr-train starts a local Ray unless --ray-address (or ray.address) joins a
-    running cluster. --ray-temp-dir (ray.temp_dir) moves Ray's temporary files, e.g. off a
+    Ray: rlvr-train starts a local Ray of its own unless --ray-address (ray.address, or
+    RAY_ADDRESS as `ray job submit` sets it) joins a running cluster. On a cluster whose
+    nodes share no filesystem, each node loads an s3:// model into its own cache and the
+    trainer stays on the node holding the run folder (docs/train.md). --ray-temp-dir (ray.temp_dir) moves Ray's temporary files, e.g. off a
     small root filesystem onto NVMe; a cluster started by hand (`ray start --head
     --temp-dir /nvme/ray`) and joined with --ray-address auto is the other way.
     --resume RUN_DIR continues from its latest complete checkpoint: same step counter, same

@@ -19,7 +19,7 @@ One concern per module; the public names are importable from ``rlvr.s3`` itself:
     sync       push and pull of folders (filters, --delete, dry runs, model.tar.gz unpacking)
     watch      watch: keep local copies of running jobs' traces fresh; the cron lock
     cache      download_cached, download_folder_cached: s3:// objects and folders (models, datasets)
-               in a local cache, fetched again only when changed
+               in a local cache, fetched again only when changed; cached_folder_version
     uploader   BackgroundUploader: uploads for rlvr-train on a daemon thread
 
 Errors are rlvr.errors.S3Error (a Failure, exit 1) and S3UsageError (a UsageError, exit 2).
@@ -45,7 +45,7 @@ What it guarantees:
 """
 
 from rlvr.errors import S3Error, S3UsageError
-from rlvr.s3.cache import download_cached, download_folder_cached, fetch_cached
+from rlvr.s3.cache import cached_folder_version, download_cached, download_folder_cached, fetch_cached
 from rlvr.s3.checksums import (DEFAULT_PART_SIZE, DEFAULT_THRESHOLD, MAX_PARTS, MIN_PART_SIZE, PART_SIZE_META, MiB,
                                file_etag, local_matches, part_size_for, snapshot_size)
 from rlvr.s3.client import make_client
@@ -56,7 +56,8 @@ from rlvr.s3.uri import join_key, parse_uri, safe_relpath, validate_bucket, vali
 from rlvr.s3.watch import WATCH_FILES, WATCH_LOCK, WATCH_STATE, LockHeld, WatchLock, watch
 
 __all__ = [
-    "S3Error", "S3UsageError", "download_cached", "download_folder_cached", "fetch_cached", "DEFAULT_PART_SIZE",
+    "S3Error", "S3UsageError", "cached_folder_version", "download_cached", "download_folder_cached", "fetch_cached",
+    "DEFAULT_PART_SIZE",
     "DEFAULT_THRESHOLD", "MAX_PARTS", "MIN_PART_SIZE", "PART_SIZE_META", "MiB", "file_etag", "local_matches",
     "part_size_for", "snapshot_size", "make_client", "STATE_FILE", "UNPACK", "SyncReport", "job_dir_for",
     "local_files", "pull", "push", "selected", "unpack_archive", "TMP_SUFFIX", "Action", "Remote", "S3Transfer",

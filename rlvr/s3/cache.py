@@ -135,3 +135,21 @@ def fetch_cached(uri: str, cache_dir: str | None = None, *, transfer: S3Transfer
             if transfer is None:
                 t.close()
     return download_folder_cached(uri, cache_dir, transfer=transfer, endpoint_url=endpoint_url)
+
+
+def cached_folder_version(folder: str) -> dict[str, list] | None:
+    """What a complete folder of the cache (a download_folder_cached result) holds: {relative
+    key: [etag, size]}, as listed when it was fetched; None when the folder is not a complete
+    copy here (absent on this node, or its download was cut short)."""
+    parent, name = os.path.split(folder.rstrip(os.sep))
+    done = read_json(os.path.join(parent, f".{name}.s3folder.json"))
+    files = done.get("files")
+    if done.get("complete") is not True or not isinstance(files, dict):
+        return None
+    out = {}
+    for sub, f in files.items():
+        path = os.path.join(folder, safe_relpath(sub) or "")
+        if not isinstance(f, dict) or not os.path.isfile(path) or os.path.getsize(path) != f.get("size"):
+            return None
+        out[sub] = [f.get("etag"), f.get("size")]
+    return out

@@ -33,20 +33,29 @@ def _arrays_to_tensors(weights):
     return out
 
 
-def placement() -> dict:
+def placement(model_path: str | None = None) -> dict:
     """Where this actor runs: node, process, and the GPUs Ray assigned to it (CUDA_VISIBLE_DEVICES
-    as Ray set it in this process; null where it assigned none)."""
+    as Ray set it in this process; null where it assigned none); the model folder it loaded."""
+    import socket
+
     import ray
 
     ctx = ray.get_runtime_context()
-    return {"node_id": ctx.get_node_id(), "pid": os.getpid(), "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
-            "ray_gpu_ids": [str(g) for g in ctx.get_accelerator_ids().get("GPU", [])]}
+    return {"node_id": ctx.get_node_id(), "host": socket.gethostname(), "pid": os.getpid(),
+            "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "ray_gpu_ids": [str(g) for g in ctx.get_accelerator_ids().get("GPU", [])], "model": model_path}
+
+
+def on_node(model) -> str:
+    """A model for this node: a ResolvedModel (rlvr.models) through its .local(), else a path."""
+    return model if isinstance(model, str) else model.local()
 
 
 class EngineActor:
     """One rollout engine (vLLM or HF) in its own Ray worker process."""
 
-    def __init__(self, model_path: str, engine: str, options: dict, env: dict | None = None):
+    def __init__(self, model, engine: str, options: dict, env: dict | None = None):
+        """model: a ResolvedModel, loaded from this node's copy (see rlvr.models), or a path."""
         os.environ.update(env or {})
         import torch
 
@@ -54,7 +63,8 @@ class EngineActor:
         from rlvr.engines import create
         from rlvr.engines.base import EngineOptions
 
-        self.engine = create(engine, model_path, EngineOptions(**options))
+        self.model_path = on_node(model)
+        self.engine = create(engine, self.model_path, EngineOptions(**options))
         self.version = 0
         self.busy_s = 0.0
         self.born = time.monotonic()
@@ -145,7 +155,7 @@ class EngineActor:
         return True
 
     def node(self) -> dict:
-        return placement()
+        return placement(self.model_path)
 
 
 class TrainerActor:
@@ -173,9 +183,11 @@ class TrainerActor:
             port = s.getsockname()[1]
         return ray.util.get_node_ip_address(), port
 
-    def setup(self, model_path: str, tcfg, max_tokens: int, total_steps: int, trust_remote_code: bool,
-              ref_path: str | None, temperature: float = 1.0, rank: int = 0, world: int = 1,
+    def setup(self, model, tcfg, max_tokens: int, total_steps: int, trust_remote_code: bool,
+              ref, temperature: float = 1.0, rank: int = 0, world: int = 1,
               master: tuple[str, int] | None = None) -> str:
+        """Load `model` (with `ref` as the reference policy; each a ResolvedModel, loaded from
+        this node's copy, or a path) and join the other ranks."""
         import datetime
 
         import torch
@@ -190,6 +202,7 @@ class TrainerActor:
                 torch.cuda.set_device(0)  # Ray gives each rank its own GPU as cuda:0
             dist.init_process_group(backend, init_method=f"tcp://{master[0]}:{master[1]}", rank=rank,
                                     world_size=world, timeout=datetime.timedelta(minutes=10))
+        model_path, ref_path = on_node(model), (on_node(ref) if ref is not None else None)
         self.t = PolicyTrainer(model_path, tcfg, max_tokens, total_steps, trust_remote_code, ref_path, temperature,
                                rank=rank, world=world)
         return self.t.device
@@ -237,4 +250,4 @@ class TrainerActor:
         return self.t.device
 
     def node(self) -> dict:
-        return placement()
+        return placement(self.t.model_path if self.t is not None else None)

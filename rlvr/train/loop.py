@@ -21,6 +21,7 @@ engine. Both are written to traces/rollouts.jsonl with their status.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -78,7 +79,7 @@ class Run:
         self.trainer = None
         self.engines: list = []
         self.engine_count = 0                    # engine actors ever made (names stay unique)
-        self.base_path: str | None = None
+        self.base = None                         # the base model (rlvr.models.ResolvedModel)
         self.max_prompt_len: int | None = None   # longest prompt that fits an engine's context
         self.schedule: Schedule | None = None
         self.synced_version = 0                  # the version the engines hold (or will, once synced)
@@ -88,8 +89,9 @@ class Run:
 
     # -- set-up ------------------------------------------------------------------------------
 
-    def _base_model(self) -> str:
-        from rlvr.models import resolve_model
+    def _base_model(self):
+        """The base model as a ResolvedModel: each actor loads it through .local() on its own node."""
+        from rlvr.models import local_model, resolve_model
 
         path = self.cfg.model.path
         if path == "tiny":
@@ -98,11 +100,11 @@ class Run:
                 from rlvr.tiny import build
 
                 build(path, seed=self.cfg.train.seed)
-            return path
+            return local_model(path)
         # s3://... (and Org/Name under $RLVR_S3_MODELS) -> a local folder, before any engine starts
         m = resolve_model(path, log=log)
         update_manifest(self.run_dir, model=m.record())
-        return m.path
+        return m
 
     def _env(self) -> dict:
         # CUDA_VISIBLE_DEVICES is not passed on: Ray sets it in each actor to the GPUs it
@@ -161,7 +163,7 @@ class Run:
         return {"dtype": dtype, "max_model_len": r.max_model_len, "gpu_memory_utilization": r.gpu_memory_utilization,
                 "tensor_parallel_size": r.tensor_parallel_size, "enforce_eager": r.enforce_eager, "seed": r.seed}
 
-    def _new_engine(self, model_path: str):
+    def _new_engine(self, model):
         import ray
 
         from rlvr.train.actors import EngineActor
@@ -175,12 +177,16 @@ class Run:
         self.engine_count += 1
         name = f"rlvr-engine-{self.engine_count}-{os.getpid()}-{id(self):x}"
         return ray.remote(max_restarts=0, max_concurrency=1, **res)(EngineActor).options(name=name).remote(
-            model_path, r.engine, self._engine_options(), self._env())
+            model, r.engine, self._engine_options(), self._env())
 
-    def _new_trainers(self, model_path: str, ref_path: str) -> list:
+    def _new_trainers(self, model, ref, blind: dict[str, str]) -> list:
+        """The trainer ranks, loading `model` (the base, or the checkpoint resumed from) with
+        `ref` as the reference. blind: the nodes that do not see the run folder, where no
+        rank may write its checkpoints (see rlvr.train.placement)."""
         import ray
 
         from rlvr.train.actors import TrainerActor
+        from rlvr.train.placement import on_this_node
 
         t = self.cfg.train
         res: dict = {"num_cpus": t.trainer_num_cpus}
@@ -189,13 +195,47 @@ class Run:
         if t.trainer_resources:
             res["resources"] = dict(t.trainer_resources)
         world = max(1, t.num_trainers)
+        if blind and not t.trainer_resources:
+            # the ranks write checkpoints into the run folder, which only this node holds
+            res["scheduling_strategy"] = on_this_node(world, res, self.run_dir, blind)
+            log(f"the run folder is not shared with {len(blind)} other node(s) ({', '.join(sorted(blind.values()))}): "
+                f"the trainer runs on this node")
         actors = [ray.remote(**res)(TrainerActor).options(name=f"rlvr-trainer-{r}-{os.getpid()}-{id(self):x}")
                   .remote(self._env()) for r in range(world)]
-        master = ray.get(actors[0].address.remote()) if world > 1 else None
-        ray.get([a.setup.remote(model_path, t, self.cfg.rollout.max_tokens, t.steps, self.cfg.model.trust_remote_code,
-                                ref_path, self.cfg.rollout.temperature, r, world, master)
-                 for r, a in enumerate(actors)])
+        if blind:
+            for r, where in enumerate(self._startup([a.node.remote() for a in actors], "placing the trainer")):
+                if where["node_id"] in blind:
+                    raise ConfigError(f"trainer rank {r} was placed (train.trainer_resources) on node "
+                                      f"{blind[where['node_id']]}, which does not see the run folder {self.run_dir}: "
+                                      "put the run folder on a filesystem every node shares, or place the trainer "
+                                      "on this node")
+        master = self._startup(actors[0].address.remote(), "starting the trainer") if world > 1 else None
+        self._startup([a.setup.remote(model, t, self.cfg.rollout.max_tokens, t.steps, self.cfg.model.trust_remote_code,
+                                      ref, self.cfg.rollout.temperature, r, world, master)
+                       for r, a in enumerate(actors)], "loading the model into the trainer")
         return actors
+
+    @staticmethod
+    def _startup(refs, what: str):
+        """ray.get for the start-up calls: an error raised in an actor (one of rlvr's, e.g. a
+        model missing on its node, or any other) ends the run with one line, not a traceback."""
+        import ray
+
+        from rlvr import errors
+
+        try:
+            return ray.get(refs)
+        except errors.RlvrError as ex:  # a task's error is also an instance of its cause
+            cls = next(c for c in type(ex).__mro__ if issubclass(c, errors.RlvrError) and c.__module__.startswith("rlvr."))
+            raise cls(ex.message) from None
+        except ray.exceptions.RayError as ex:
+            # an actor whose creation failed: its cause is the last line of the message
+            last = str(ex).strip().splitlines()[-1] if str(ex).strip() else type(ex).__name__
+            m = re.match(r"rlvr\.errors\.(\w+): (.*)", last)
+            cls = getattr(errors, m.group(1), None) if m else None
+            if isinstance(cls, type) and issubclass(cls, errors.RlvrError):
+                raise cls(m.group(2)) from None
+            raise Failure(f"{what} failed: {last[:300]}") from None
 
 
     # -- the run -----------------------------------------------------------------------------
@@ -208,33 +248,39 @@ class Run:
 
         cfg = self.cfg
         init_run_dir(self.run_dir, self.config_yaml, self.argv)
+        from rlvr.models import local_model
+        from rlvr.train.placement import nodes_not_seeing
+
         base = self._base_model()
-        start_step, model_path = 0, base
+        start_step, model = 0, base
         if self.resume:
             ck = latest_checkpoint(self.run_dir)
             if ck is not None:
-                start_step, model_path = ck
+                start_step, model = ck[0], local_model(ck[1])
                 truncate_traces(self.run_dir, start_step)
-                log(f"resuming from {model_path} (step {start_step})")
+                log(f"resuming from {ck[1]} (step {start_step})")
             else:
                 log("no complete checkpoint to resume from: starting at step 0")
                 truncate_traces(self.run_dir, 0)
-        update_manifest(self.run_dir, base_model=base, resumed_from_step=start_step if self.resume else None)
+        update_manifest(self.run_dir, base_model=base.path, resumed_from_step=start_step if self.resume else None)
         stream = PromptStream(cfg.data)
-        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.tokenizer = AutoTokenizer.from_pretrained(model.path)
         self._ray_init()
         log(f"run folder {self.run_dir}")
         t0 = time.monotonic()
-        self.trainers = self._new_trainers(model_path, base)
+        self.base = base
+        self.trainers = self._new_trainers(model, base, nodes_not_seeing(self.run_dir))
         self.trainer = self.trainers[0]
         data_state = None
         if start_step:
-            states = self._trainer_call([t.load_state.remote(model_path) for t in self.trainers],
+            states = self._trainer_call([t.load_state.remote(model.path) for t in self.trainers],
                                         "loading the checkpoint")
             data_state = states[0].get("data")
-        self.base_path = base
-        self.engines = [self._new_engine(model_path) for _ in range(cfg.rollout.num_engines)]
-        nodes = ray.get([e.node.remote() for e in self.engines] + [t.node.remote() for t in self.trainers])
+        # Engines start from the base model, which every node can load (a checkpoint is in the
+        # run folder, perhaps on this node only); a resumed run's weights are pushed below.
+        self.engines = [self._new_engine(base) for _ in range(cfg.rollout.num_engines)]
+        nodes = self._startup([e.node.remote() for e in self.engines] + [t.node.remote() for t in self.trainers],
+                              "starting the rollout engines")
         ne = len(self.engines)
         update_manifest(self.run_dir, placement={"engines": nodes[:ne], "trainer": nodes[ne],
                                                  "trainer_ranks": nodes[ne:]})
@@ -248,7 +294,7 @@ class Run:
         from rlvr.train import weight_sync
 
         self.weight_sync = weight_sync.make(cfg, self.trainers, self.engines, log)
-        # Engines loaded the same weights the trainer holds: tag them with its version.
+        # A resumed run: the engines hold the base model; send them the checkpoint's weights.
         if start_step:
             self._sync(start_step, wait=True)
         self.schedule = Schedule(stream, cfg.rollout.prompts_per_step, cfg.train.steps, cfg.train.max_staleness,
@@ -445,7 +491,7 @@ class Run:
         self.pending_syncs.pop(e, None)  # died with the old actor; the new one is synced below
         # From the base model (a resumed run's checkpoint folder may since have been pruned),
         # then the current weights.
-        self.engines[e] = self._new_engine(self.base_path)
+        self.engines[e] = self._new_engine(self.base)
         try:
             self.weight_sync.restore(e, self.synced_version, timeout_s=self.cfg.sync.timeout_s + 300)
         except (ray.exceptions.GetTimeoutError, ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as ex:

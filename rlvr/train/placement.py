@@ -1,4 +1,4 @@
-"""GPU placement rules of rlvr-train.
+"""Placement rules of rlvr-train: GPUs, and the run folder on nodes that share no filesystem.
 
 Every engine and trainer rank is a Ray actor that asks Ray for its GPUs (rollout.engine_num_gpus
 x tensor_parallel_size per engine, train.trainer_num_gpus per rank); Ray sets
@@ -35,3 +35,68 @@ def ray_gpu_args(num_gpus: float | None, cuda_visible: str | None) -> tuple[floa
         return float(len(visible)), (f"ray.num_gpus {num_gpus:g} capped to the {len(visible)} device(s) of "
                                      f"CUDA_VISIBLE_DEVICES={cuda_visible}")
     return num_gpus, None
+
+
+# -- the run folder on a cluster without a shared filesystem -----------------------------------
+#
+# The trainer ranks write checkpoints into the run folder (and a resumed run's ranks read
+# them there), so they must run where the driver's run folder is. On a Ray cluster whose nodes
+# do not share it (SageMaker instances, nodes with their own disks), the ranks are pinned to the
+# driver's node; engines may run anywhere, as they load the base model (an s3:// model through
+# each node's own cache) and take every later weight from the trainer.
+
+
+def _holds(path: str, token: str) -> bool:
+    try:
+        with open(path) as f:
+            return f.read() == token
+    except OSError:
+        return False
+
+
+def nodes_not_seeing(folder: str) -> dict[str, str]:
+    """The alive nodes of the Ray cluster (other than the driver's) on which `folder` is not the
+    driver's folder, {node id: address}: a probe file written here is looked for on each node.
+    No probe on a one-node cluster."""
+    import os
+    import uuid
+
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    me = ray.get_runtime_context().get_node_id()
+    others = [n for n in ray.nodes() if n.get("Alive") and n["NodeID"] != me]
+    if not others:
+        return {}
+    token = uuid.uuid4().hex
+    probe = os.path.join(folder, f".rlvr-node-probe-{token}")
+    with open(probe, "w") as f:
+        f.write(token)
+    try:
+        check = ray.remote(num_cpus=0)(_holds)
+        seen = ray.get([check.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
+                        .remote(probe, token) for n in others])
+    finally:
+        os.unlink(probe)
+    return {n["NodeID"]: n.get("NodeManagerAddress") or n["NodeID"][:12] for n, ok in zip(others, seen) if not ok}
+
+
+def on_this_node(ranks: int, per_rank: dict, run_dir: str, blind: dict[str, str]):
+    """A scheduling strategy that keeps `ranks` actors of `per_rank` resources ({"num_cpus",
+    "num_gpus"}) on the driver's node; a ConfigError when that node cannot hold them (Ray would
+    wait for them forever)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from rlvr.errors import ConfigError
+
+    me = ray.get_runtime_context().get_node_id()
+    have = next((n.get("Resources") or {}) for n in ray.nodes() if n["NodeID"] == me)
+    for key, res in (("num_cpus", "CPU"), ("num_gpus", "GPU")):
+        need = ranks * float(per_rank.get(key) or 0)
+        if need > have.get(res, 0):
+            raise ConfigError(f"the run folder {run_dir} is not on a filesystem shared with the Ray cluster's other "
+                              f"node(s) ({', '.join(sorted(blind.values()))}), so the trainer must run on this node, "
+                              f"which has {have.get(res, 0):g} {res} for the {ranks} rank(s)' {need:g}: put the run "
+                              "folder on a shared filesystem, or run rlvr-train on a node that can hold the trainer")
+    return NodeAffinitySchedulingStrategy(me, soft=False)
