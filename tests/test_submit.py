@@ -31,7 +31,7 @@ from rlvr.cloud.entrypoint import JobEnv, plan
 from rlvr.cloud.layout import JobLayout, JobSync
 from rlvr.cloud.sagemaker import check_job_name, default_job_name, parse_gpus
 from rlvr.cloud.submit import write_opt_ml
-from rlvr.errors import UsageError
+from rlvr.errors import Failure, UsageError
 
 TINY = os.path.join(REPO, "configs", "tiny-cpu.yaml")
 FAKES = os.path.join(REPO, "tests", "fakes", "bin")
@@ -390,6 +390,52 @@ def test_entrypoint_plans_one_ray_cluster_over_several_instances(tmp_path):
     assert head.train_cmd[-2:] == ["--ray-address", "algo-1:6379"]
     with pytest.raises(UsageError, match="not among the job's hosts"):
         JobEnv.read(dict(env, SM_CURRENT_HOST="algo-9"))
+
+
+def test_a_worker_instance_waits_for_the_head_and_stays_until_its_cluster_stops(tmp_path, monkeypatch):
+    # ray is tests/fakes/bin/ray: `ray start --block` returns at once, as when the head stopped
+    # its cluster; the head is a socket that listens only once the worker has looked for it.
+    import dataclasses
+    import socket
+    import threading
+
+    from rlvr.cloud import entrypoint
+
+    write_opt_ml(str(tmp_path), {"rlvr_config": "tiny-cpu.yaml"}, [TINY], [])
+    with open(tmp_path / "input" / "config" / "resourceconfig.json", "w") as fh:
+        json.dump({"current_host": "algo-2", "hosts": ["algo-1", "algo-2"]}, fh)
+    env = {"RLVR_OPT_ML": str(tmp_path), "TRAINING_JOB_NAME": "multi-1"}
+    head = socket.socket()
+    head.bind(("127.0.0.1", 0))
+    address = f"127.0.0.1:{head.getsockname()[1]}"
+    p = dataclasses.replace(plan(JobEnv.read(env), env), ray_head=address)
+    monkeypatch.setenv("PATH", FAKES + os.pathsep + os.environ["PATH"])
+    monkeypatch.setenv("FAKE_RAY_LOG", str(tmp_path / "ray.log"))
+    monkeypatch.setenv("FAKE_RAY_RC", "1")
+    refused = threading.Event()
+    probe = entrypoint._head_listening
+
+    def watched(a):
+        up = probe(a)
+        if not up:
+            refused.set()
+        return up
+
+    monkeypatch.setattr(entrypoint, "_head_listening", watched)
+    out = []
+    th = threading.Thread(target=lambda: out.append(entrypoint.run(p, JobEnv.read(env))), daemon=True)
+    th.start()
+    assert refused.wait(300)  # the worker found the head down ...
+    assert not (tmp_path / "ray.log").exists()  # ... and started nothing
+    head.listen()
+    th.join(300)
+    head.close()
+    assert out == [0]  # a short job's worker ends with it, whatever ray start exited with
+    calls = [json.loads(x) for x in (tmp_path / "ray.log").read_text().splitlines()]
+    assert calls == [["start", "--address=algo-1:6379", "--block", "--disable-usage-stats"]]
+    monkeypatch.setattr(entrypoint, "JOIN_TIMEOUT_S", 0.0)
+    with pytest.raises(Failure, match="did not come up"):
+        entrypoint.run(dataclasses.replace(p, ray_head="127.0.0.1:9"), JobEnv.read(env))
 
 
 # ----------------------------------------------------------------------------- the job's S3 layout

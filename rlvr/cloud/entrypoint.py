@@ -23,7 +23,9 @@ On failure the reason is written to /opt/ml/output/failure, where SageMaker show
 
 Several instances (SM_HOSTS / resourceconfig.json's hosts): the first host starts a Ray head,
 waits until every instance has joined, and runs rlvr-train on the cluster (--ray-address);
-the others run `ray start --address=HEAD --block` and end when the head stops its cluster.
+the others wait for the head's port, run `ray start --address=HEAD --block` and end when the
+head stops its cluster. rlvr-train keeps its trainer on the first host, which holds the run
+folder, and each host loads an s3:// model into its own cache.
 """
 
 from __future__ import annotations
@@ -251,21 +253,32 @@ def run(p: Plan, job: JobEnv) -> int:
     return rc
 
 
+def _head_listening(address: str) -> bool:
+    import socket
+
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=5):
+            return True
+    except OSError:  # not resolvable or not listening yet
+        return False
+
+
 def _worker(p: Plan) -> int:
-    """Join the head's Ray cluster and stay until it stops (then the job is over for this host)."""
+    """Wait until the head's Ray port answers, join its cluster and stay until it stops (then
+    the job is over for this host, whatever `ray start --block` exits with: a node that could
+    not join is reported by the head, which counts the nodes)."""
     import time
 
     deadline = time.monotonic() + JOIN_TIMEOUT_S
-    while True:
-        log("$ " + " ".join(p.ray_start))
-        t0 = time.monotonic()
-        rc = subprocess.run(p.ray_start).returncode
-        if time.monotonic() - t0 > 60:  # it had joined and ran until the cluster went away
-            log(f"the Ray cluster at {p.ray_head} has stopped: this host is done")
-            return 0
+    while not _head_listening(p.ray_head):
         if time.monotonic() > deadline:
-            raise Failure(f"could not join the Ray cluster at {p.ray_head} (ray start exited {rc})")
-        time.sleep(5)  # the head may not be up yet
+            raise Failure(f"the Ray head at {p.ray_head} did not come up in {JOIN_TIMEOUT_S:.0f} s")
+        time.sleep(2)
+    log("$ " + " ".join(p.ray_start))
+    rc = subprocess.run(p.ray_start).returncode
+    log(f"the Ray cluster at {p.ray_head} has stopped (ray start exited {rc}): this host is done")
+    return 0
 
 
 def _start_head(p: Plan) -> None:
