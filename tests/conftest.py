@@ -15,6 +15,17 @@ import pytest
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+# The files of long end-to-end runs first. `make test` hands whole files to pytest-xdist's
+# workers in collection order as each worker frees up, so these start at once and the many
+# short files fill in around them, instead of one long file starting last and running alone.
+LONG_FILES_FIRST = ("test_train_modes.py", "test_submit.py", "test_train_weight_sync.py", "test_train.py",
+                    "test_train_faults.py", "test_train_cluster.py", "test_lmeval.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONG_FILES_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> str:
