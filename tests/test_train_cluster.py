@@ -128,14 +128,17 @@ def cluster_cfg(uri: str, *sets: str) -> TrainConfig:
     return cfg
 
 
-def test_nodes_without_the_run_folder_or_the_model(two_nodes):
+def test_nodes_without_the_run_folder_or_the_model(two_nodes, monkeypatch):
     # The engine runs on node 2, which sees neither the run folder nor the driver's model
     # cache: it fetches the s3:// model into node 2's cache. The trainer writes checkpoints
-    # into the run folder: it is kept on the driver's node, whose cache it shares.
+    # into the run folder: it is kept on the driver's node, whose cache it shares. The run
+    # folder is given relative to the driver's working directory, which is not the Ray
+    # workers' (they run where their node started).
     head_dir, node2_cache, uri = two_nodes
     run_dir = head_dir / "run"
     cfg = cluster_cfg(uri)
-    train(cfg, str(run_dir), ["rlvr-train"], to_yaml(cfg))
+    monkeypatch.chdir(head_dir)
+    train(cfg, "run", ["rlvr-train"], to_yaml(cfg))
     man = orjson.loads((run_dir / "run.json").read_bytes())
     assert man["status"] == "completed" and man["model"]["source"] == "s3"
     eng, tr = man["placement"]["engines"], man["placement"]["trainer"]

@@ -55,7 +55,7 @@ def test_broadcast_over_gloo_reaches_two_vllm_engines_and_survives_a_restart(ray
     from rlvr.tiny import build
 
     base = build(str(tmp_path_factory.mktemp("base") / "tiny"))
-    cfg = load_config(TrainConfig, TINY, ["train.steps=4", "checkpoint.every=0", "rollout.num_engines=2",
+    cfg = load_config(TrainConfig, TINY, ["train.steps=3", "checkpoint.every=0", "rollout.num_engines=2",
                                           "rollout.prompts_per_step=8", "rollout.n=4", "rollout.max_tokens=12",
                                           "rollout.engine_num_cpus=1", "train.trainer_num_cpus=1",
                                           "sync.method=gloo", "sync.bucket_mb=0.25"])
@@ -65,13 +65,13 @@ def test_broadcast_over_gloo_reaches_two_vllm_engines_and_survives_a_restart(ray
     train(cfg, str(tmp_path), ["rlvr-train", "test"], to_yaml(cfg), resume=False)
     th.join(timeout=5)
     rows = [orjson.loads(ln) for ln in open(tmp_path / "traces" / "trace.jsonl", "rb")]
-    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert [r["step"] for r in rows] == [1, 2, 3]
     # synchronous: step s samples with the weights of version s - 1, as the engines report them
     rollouts = [orjson.loads(ln) for ln in open(tmp_path / "traces" / "rollouts.jsonl", "rb")]
-    assert len(rollouts) == 4 * 8 and all(x["policy_version"] == x["step"] - 1 for x in rollouts)
+    assert len(rollouts) == 3 * 8 and all(x["policy_version"] == x["step"] - 1 for x in rollouts)
     assert killed and rows[-1]["faults/engine_restarts"] >= 1
     trained = [r for r in rows if r["train/sequences"] > 0]
-    assert len(trained) >= 3
+    assert len(trained) >= 2
     # lr 3e-3 moves the weights every step: engines with stale weights would be far off
     assert all(r["logprob/engine_vs_trainer_abs_diff"] < 1e-3 for r in trained), \
         [r["logprob/engine_vs_trainer_abs_diff"] for r in trained]

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from rlvr.engines.base import prompt_seed
 from rlvr.errors import ConfigError, Failure
 from rlvr.messages import say
-from rlvr.runs import (Traces, checkpoint_dir, commit_checkpoint, end_manifest, init_run_dir, latest_checkpoint,
-                       prune_checkpoints, tmp_checkpoint_dir, truncate_traces, update_manifest)
+from rlvr.runs import (COMPLETE, Traces, checkpoint_dir, commit_checkpoint, end_manifest, init_run_dir,
+                       latest_checkpoint, prune_checkpoints, tmp_checkpoint_dir, truncate_traces, update_manifest)
 from rlvr.train.batch import Filled, Group, assemble, fill, verify
 from rlvr.train.config import TrainConfig, resolve_preset
 from rlvr.train.metrics import Faults, StepTimes, rollout_record, sample_record, step_metrics, unusable_record
@@ -69,7 +69,9 @@ def prompt_stops(rec: dict, default: list[str]) -> list[str]:
 class Run:
     def __init__(self, cfg: TrainConfig, run_dir: str, argv: list[str], config_yaml: str, resume: bool):
         self.cfg = resolve_preset(cfg)
-        self.run_dir = run_dir
+        # absolute: the trainer actors write checkpoints into it, and a Ray worker's working
+        # directory is not the driver's on a cluster joined with --ray-address
+        self.run_dir = os.path.abspath(run_dir)
         self.argv = argv
         self.config_yaml = config_yaml
         self.resume = resume
@@ -226,7 +228,8 @@ class Run:
         try:
             return ray.get(refs)
         except errors.RlvrError as ex:  # a task's error is also an instance of its cause
-            cls = next(c for c in type(ex).__mro__ if issubclass(c, errors.RlvrError) and c.__module__.startswith("rlvr."))
+            cls = next(c for c in type(ex).__mro__
+                       if issubclass(c, errors.RlvrError) and c.__module__.startswith("rlvr."))
             raise cls(ex.message) from None
         except ray.exceptions.RayError as ex:
             # an actor whose creation failed: its cause is the last line of the message
@@ -635,6 +638,9 @@ class Run:
         tmp = tmp_checkpoint_dir(self.run_dir, step)
         state = {"step": step, "config": self.config_yaml, "data": self.schedule.data_state()}
         self._trainer_call([t.save.remote(tmp, state) for t in self.trainers], f"saving checkpoint {step}")
+        if not os.path.exists(os.path.join(tmp, COMPLETE)):  # written last, by trainer rank 0
+            raise Failure(f"checkpoint {step}: the trainer reported it saved, but {tmp} holds no {COMPLETE} on "
+                          "this node: the trainer's node does not share the run folder")
         final = checkpoint_dir(self.run_dir, step)
         commit_checkpoint(tmp, final)
         prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last, self.cfg.checkpoint.keep_every)
