@@ -5,15 +5,18 @@ process, `moto_server`: CreateTrainingJob, DescribeTrainingJob, ListTrainingJobs
 CreateRepository/DescribeRepositories/DescribeImages/GetAuthorizationToken, IAM GetRole, STS
 GetCallerIdentity all ran against it; moto 5 answers StopTrainingJob with HTTP 500, so
 stopping is not tested). S3 goes to the S3 test server (tests/s3server.py: Ceph RGW or moto).
-docker is tests/fakes/bin/docker, which records its arguments and fails on request. The
-end-to-end test runs the entrypoint in a simulated SageMaker container (SageMaker's folders
-and variables in a tmp dir) on the tiny CPU config and finds its outputs with rlvr-s3-sync pull.
+docker is tests/fakes/bin/docker, which records its arguments and fails on request (ray is
+tests/fakes/bin/ray where a test needs only its command lines). The end-to-end test runs a job
+of two simulated SageMaker instances (SageMaker's folders and variables, each instance in its
+own mount, PID and hostname namespaces) on the tiny CPU config: one Ray cluster over both,
+trainer on the first, engine on the second; then rlvr-s3-sync pull finds the outputs.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -210,6 +213,7 @@ def test_dry_run_sends_nothing(aws):
     assert req["ResourceConfig"] == {"InstanceType": "ml.p4de.24xlarge", "InstanceCount": 2, "VolumeSizeInGB": 500}
     assert req["OutputDataConfig"]["S3OutputPath"] == f"s3://{aws.bucket}/rlvr/checkpoints/"
     assert req["Environment"]["RLVR_JOB_S3"] == f"s3://{aws.bucket}/rlvr/checkpoints/"
+    assert req["Environment"]["RAY_AUTH_TOKEN"].startswith("(hidden")  # generated, never printed
     assert "would run: docker build" in r.stderr and "would run: docker push" in r.stderr
     assert docker_calls(aws) == [] and keys(aws) == [] and not os.path.exists(aws.log)
     assert "dry-job" not in jobs(aws)
@@ -224,7 +228,7 @@ def eval_config(aws) -> str:
     return path
 
 
-def test_submit_build_push_describe(aws):
+def test_submit_build_push_describe(aws, monkeypatch):
     r = submit(aws, "--name", "annotations-adhoc-1", "--build", "--push", "-d", "gsm8k | lr 1e-6",
                "--set", "train.lr=1e-6", "--input", f"data=s3://{aws.bucket}/datasets/")
     assert r.code == 0, r.stderr
@@ -266,6 +270,21 @@ def test_submit_build_push_describe(aws):
     assert r.code == 1 and "already exists" in r.stderr, r.stderr
     assert keys(aws) == [key] and len(joblog.rows(aws.log)) == 1
     assert len(docker_calls(aws)) == 4  # refused before any build or push
+    # several instances: their Ray cluster gets a random token through the job's environment
+    # (moto keeps no Environment: the requests are read as they are made)
+    from rlvr.cloud.submit import Submitter
+
+    sent, spec = [], Submitter.spec
+    monkeypatch.setattr(Submitter, "spec", lambda self, uri: sent.append(spec(self, uri)) or sent[-1])
+    out = ""
+    for name, count in (("annotations-adhoc-2", "2"), ("annotations-adhoc-3", "1")):
+        r = submit(aws, "--name", name, "--instance-count", count, "--push")
+        assert r.code == 0, r.stderr
+        out += r.stdout + r.stderr
+    two, one = ([x for x in sent if x.name == n][-1].request()["Environment"]
+                for n in ("annotations-adhoc-2", "annotations-adhoc-3"))
+    assert re.fullmatch(r"[0-9a-f]{64}", two["RAY_AUTH_TOKEN"]) and two["RAY_AUTH_TOKEN"] not in out
+    assert "RAY_AUTH_TOKEN" not in one
 
 
 def test_failed_push_submits_nothing(aws, monkeypatch):
@@ -492,25 +511,69 @@ def test_job_sync_uploads_traces_live_and_checkpoints_as_they_appear(s3env, buck
     assert s3_text(e, root + f"{run.name}_final/trainer_state.pt") == "state"
 
 
-def test_simulated_sagemaker_container_end_to_end(s3env, bucket, tmp_path):
-    """The entrypoint in SageMaker's folders and variables, on the tiny CPU config; then pull and watch."""
-    opt_ml = tmp_path / "opt" / "ml"
+def instance(opt_ml, own_ml, host: str, hosts_file, env: dict) -> subprocess.Popen:
+    """One simulated SageMaker instance: the entry point in its own mount, PID and hostname
+    namespaces (bubblewrap), where /opt/ml (here `opt_ml`) is the instance's own folder
+    `own_ml`, the hosts file names the job's hosts, and `ray stop` sees only its processes."""
+    cmd = ["bwrap", "--dev-bind", "/", "/"]
+    if own_ml != opt_ml:
+        cmd += ["--bind", str(own_ml), str(opt_ml)]
+    cmd += ["--ro-bind", str(hosts_file), "/etc/hosts", "--unshare-pid", "--unshare-uts", "--hostname", host,
+            "--die-with-parent", "--proc", "/proc", "--", sys.executable, "-m", "rlvr.cloud.entrypoint", "train"]
+    sm_env = {"job_name": env["TRAINING_JOB_NAME"], "current_host": host, "hosts": ["algo-1", "algo-2"]}
+    return subprocess.Popen(cmd, env=dict(env, SM_TRAINING_ENV=json.dumps(sm_env)), cwd="/",
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def test_simulated_two_instance_sagemaker_job_end_to_end(s3env, bucket, tmp_path):
+    """A job of two instances (--instance-count 2) on this machine, each in its own namespaces
+    (see instance()): algo-1 starts the Ray head, waits for algo-2, and runs rlvr-train on the
+    tiny CPU config with the trainer beside its run folder and the engine on algo-2, which
+    loads its own copy of the `model` channel; algo-2 joins and ends once the head stops the
+    cluster. Then rlvr-s3-sync pull and watch find the job's outputs in S3."""
+    import socket
+
+    from ray._private.services import get_node_ip_address
+
+    from rlvr.tiny import build
+
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap (bwrap) is not installed: scripts/install.sh installs it")
+    opt_ml, algo2_ml = tmp_path / "opt" / "ml", tmp_path / "algo-2" / "ml"
     job = "rlvr-20261123-101500"
     hps = {"rlvr_config": "tiny-cpu.yaml", "train.steps": "2", "checkpoint.every": "1", "rollout.engine": "hf",
-           "rollout.prompts_per_step": "8", "rollout.n": "4", "rollout.max_tokens": "12", "rlvr_sync_interval": "1"}
-    write_opt_ml(str(opt_ml), hps, [TINY], [])
+           "rollout.prompts_per_step": "8", "rollout.n": "4", "rollout.max_tokens": "12", "rlvr_sync_interval": "1",
+           "rollout.num_engines": "1", "rollout.engine_num_cpus": "2", "train.trainer_num_cpus": "1"}
+    model = build(str(tmp_path / "tiny"))
+    for ml in (opt_ml, algo2_ml):  # SageMaker copies every channel to every instance
+        write_opt_ml(str(ml), hps, [TINY], ["model"])
+        shutil.copytree(model, ml / "input" / "data" / "model")
+    ip = get_node_ip_address()
+    hosts_file = tmp_path / "hosts"
+    hosts_file.write_text(open("/etc/hosts").read() + f"\n{ip} algo-1\n{ip} algo-2\n")
+    with socket.socket() as sk:
+        sk.bind(("", 0))
+        port = sk.getsockname()[1]
     jobs = f"s3://{bucket}/rlvr/checkpoints/"
     env = dict(s3env.env(), RLVR_OPT_ML=str(opt_ml), TRAINING_JOB_NAME=job, RLVR_JOB_S3=jobs,
-               SM_MODEL_DIR=str(opt_ml / "model"), SM_CHANNEL_CONFIG=str(opt_ml / "input" / "data" / "config"),
-               SM_TRAINING_ENV=json.dumps({"job_name": job, "current_host": "algo-1", "hosts": ["algo-1"]}),
-               PYTHONPATH=REPO, OMP_NUM_THREADS="1", RAY_USAGE_STATS_ENABLED="0", TOKENIZERS_PARALLELISM="false")
-    p = subprocess.run([sys.executable, "-m", "rlvr.cloud.entrypoint", "train"], env=env, cwd=str(tmp_path),
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=900)
-    out = p.stdout.decode(errors="replace")
-    assert p.returncode == 0, out[-3000:]
-    assert not (opt_ml / "output" / "failure").exists()
+               RLVR_RAY_PORT=str(port), PYTHONPATH=REPO, OMP_NUM_THREADS="1", RAY_USAGE_STATS_ENABLED="0",
+               TOKENIZERS_PARALLELISM="false", PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"],
+               RAY_gcs_rpc_server_reconnect_timeout_s="5",  # a worker's raylet ends soon after the head
+               RAY_AUTH_TOKEN=os.urandom(32).hex())  # as rlvr-submit sets it for several instances
+    head = instance(opt_ml, opt_ml, "algo-1", hosts_file, env)
+    worker = instance(opt_ml, algo2_ml, "algo-2", hosts_file, env)
+    out = head.communicate(timeout=900)[0].decode(errors="replace")
+    assert head.returncode == 0, out[-3000:]
+    wout = worker.communicate(timeout=600)[0].decode(errors="replace")
+    assert worker.returncode == 0 and "this host is done" in wout, wout[-3000:]
+    assert "Ray cluster ready: 2 nodes" in out and "without token authentication" not in out + wout
+    assert not (opt_ml / "output" / "failure").exists() and os.listdir(algo2_ml / "model") == []
     (run,) = os.listdir(opt_ml / "model")
     assert run.startswith("tiny-cpu_")
+    man = json.loads((opt_ml / "model" / run / "run.json").read_text())
+    (eng,), tr = man["placement"]["engines"], man["placement"]["trainer"]
+    assert (eng["host"], tr["host"]) == ("algo-2", "algo-1") and eng["node_id"] != tr["node_id"]
+    assert eng["model"] == tr["model"] == str(opt_ml / "input" / "data" / "model")  # each its own copy
     # what SageMaker does when the container exits: $SM_MODEL_DIR as output/model.tar.gz
     archive = tmp_path / "model.tar.gz"
     with tarfile.open(archive, "w:gz") as tf:
@@ -547,8 +610,6 @@ def test_simulated_sagemaker_container_end_to_end(s3env, bucket, tmp_path):
 
 
 def test_documented_iam_policies_cover_what_submit_calls():
-    import re
-
     text = open(os.path.join(REPO, "docs", "cloud.md")).read()
     blocks = [json.loads(b) for b in re.findall(r"```json\n(.*?)```", text, re.S)]
     assert len(blocks) == 2

@@ -168,9 +168,12 @@ def plan(job: JobEnv, environ: dict[str, str] | None = None, now: _dt.datetime |
     if len(job.hosts) > 1:
         # one Ray cluster over the instances: the first host is the head and runs rlvr-train
         # (and the uploads); the others join it and lend their GPUs until it stops.
-        head = f"{job.hosts[0]}:{RAY_PORT}"
+        port = env.get("RLVR_RAY_PORT") or str(RAY_PORT)
+        if not port.isdigit():
+            raise UsageError(f"RLVR_RAY_PORT={port!r}: expected a port number")
+        head = f"{job.hosts[0]}:{port}"
         if job.current_host == job.hosts[0]:
-            ray_start = ["ray", "start", "--head", f"--port={RAY_PORT}", "--disable-usage-stats"]
+            ray_start = ["ray", "start", "--head", f"--port={port}", "--disable-usage-stats"]
             train_cmd += ["--ray-address", head]
         else:
             ray_start = ["ray", "start", f"--address={head}", "--block", "--disable-usage-stats"]
@@ -198,6 +201,8 @@ def _in_channel(folder: str, name: str) -> str:
 
 def run(p: Plan, job: JobEnv) -> int:
     """Start training (and the eval watcher), keep S3 current, and return training's exit status."""
+    if p.ray_start:
+        _ray_auth(p)
     if p.worker:
         return _worker(p)
     if p.ray_start:
@@ -251,6 +256,17 @@ def run(p: Plan, job: JobEnv) -> int:
         _failure(job, why)
         rc = 1
     return rc
+
+
+def _ray_auth(p: Plan) -> None:
+    """Token authentication for the job's Ray cluster (Ray's default mode): every instance has
+    the same RAY_AUTH_TOKEN from the job's environment (rlvr-submit generates one for a job of
+    several instances); without one the cluster runs without authentication, inside the job's
+    network. Set here for `ray start`, this process's ray.init and rlvr-train."""
+    mode = os.environ.get("RAY_AUTH_MODE") or ("token" if os.environ.get("RAY_AUTH_TOKEN") else "disabled")
+    if mode == "disabled":
+        log("no RAY_AUTH_TOKEN in the job's environment: the job's Ray cluster runs without token authentication")
+    os.environ["RAY_AUTH_MODE"] = p.train_env["RAY_AUTH_MODE"] = mode
 
 
 def _head_listening(address: str) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -131,6 +132,8 @@ class Submitter:
         if o.gpus and not o.local:
             raise UsageError("--gpus is for --local (on SageMaker the instance type decides)")
         self.env = _pairs(o.env, "--env")
+        if o.instance_count > 1:  # the instances' Ray cluster authenticates with it (rlvr.cloud.entrypoint)
+            self.env.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
         self.channels = _pairs(o.inputs, "--input")
         for n, uri in self.channels.items():
             if n == CONFIG_CHANNEL or not CHANNEL_RE.match(n):
@@ -210,7 +213,10 @@ class Submitter:
             request = self.spec(uri).request()
             self.log(f"would upload {o.config}" + (f" and {o.eval_config}" if o.eval_config else "")
                      + f" to {self.inputs_uri}")
-            self.out(json.dumps(request, indent=2))
+            shown = json.loads(json.dumps(request))
+            if "RAY_AUTH_TOKEN" in shown["Environment"]:
+                shown["Environment"]["RAY_AUTH_TOKEN"] = "(hidden: a random token for the job's Ray cluster)"
+            self.out(json.dumps(shown, indent=2))
             return request
         aws.require_region()
         aws.require_credentials()

@@ -66,7 +66,9 @@ rlvr-submit --describe annotations-adhoc-20261123-101500
 @click.option("--image", envvar="RLVR_IMAGE", default="rlvr:latest", show_default=True,
               help="REPOSITORY[:TAG] in this account's ECR, or a full image URI (env RLVR_IMAGE).")
 @click.option("--instance-type", default="ml.p4de.24xlarge", show_default=True, help="SageMaker instance type.")
-@click.option("--instance-count", type=click.IntRange(1), default=1, show_default=True, help="Number of instances.")
+@click.option("--instance-count", type=click.IntRange(1), default=1, show_default=True,
+              help="Number of instances (above 1: one Ray cluster over them, authenticated by a random "
+                   "RAY_AUTH_TOKEN in the job's environment).")
 @click.option("--volume-gb", type=click.IntRange(1), default=500, show_default=True, help="Instance storage (GB).")
 @click.option("--max-hours", type=click.FloatRange(0, min_open=True), default=120, show_default=True,
               help="Stop the job after this many hours.")
