@@ -166,8 +166,21 @@ def test_ray_temp_dir_reaches_ray_init(tmp_path, monkeypatch):
     assert seen[-1]["_temp_dir"] == f"{tmp_path}/ray" and os.path.isdir(f"{tmp_path}/ray")
     assert seen[-1]["address"] == "local"  # its own Ray, even beside a cluster `ray start` left here
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")  # as `ray job submit` sets it: join that cluster
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.ray/auth_token
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    monkeypatch.delenv("RAY_AUTH_TOKEN_PATH", raising=False)
     Run(cfg, str(tmp_path / "run"), ["rlvr-train"], "", False)._ray_init()
     assert seen[-1]["address"] == "10.0.0.1:6379" and "num_cpus" not in seen[-1] and "_temp_dir" not in seen[-1]
+    assert "RAY_AUTH_MODE" not in os.environ
+    # the token `ray start` wrote (Ray's default token authentication): joined in token mode
+    os.makedirs(tmp_path / ".ray")
+    (tmp_path / ".ray" / "auth_token").write_text("0" * 64)
+    Run(cfg, str(tmp_path / "run"), ["rlvr-train"], "", False)._ray_init()
+    assert os.environ["RAY_AUTH_MODE"] == "token"
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # an explicit mode is left alone
+    Run(cfg, str(tmp_path / "run"), ["rlvr-train"], "", False)._ray_init()
+    assert os.environ["RAY_AUTH_MODE"] == "disabled"
     monkeypatch.delenv("RAY_ADDRESS")
     cfg.ray.address = "auto"  # a joined cluster keeps its own folder
     Run(cfg, str(tmp_path / "run"), ["rlvr-train"], "", False)._ray_init()

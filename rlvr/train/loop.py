@@ -118,10 +118,19 @@ class Run:
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
         return env
 
-    def _ray_init(self) -> None:
-        import ray
+    def _ray_address(self) -> str:
+        """ray.address, else RAY_ADDRESS (set by `ray job submit` for its entrypoint): a running
+        cluster to join; empty: a local Ray of our own, even where `ray start` left one on this
+        machine (Ray's ray.init() would attach to that)."""
+        return self.cfg.ray.address or os.environ.get("RAY_ADDRESS", "").strip()
 
-        from rlvr.train.placement import ray_gpu_args
+    def _ray_init(self) -> None:
+        from rlvr.train.placement import join_in_token_mode, ray_gpu_args
+
+        address = self._ray_address()
+        if address:
+            join_in_token_mode(os.environ)  # takes effect only before Ray is first imported
+        import ray
 
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         if ray.is_initialized():
@@ -130,10 +139,6 @@ class Run:
         # raised in actors always surface through ray.get.
         kw: dict = {"include_dashboard": False, "log_to_driver": bool(os.environ.get("RLVR_DEBUG")),
                     "logging_level": "ERROR"}
-        # ray.address, else RAY_ADDRESS (set by `ray job submit` for its entrypoint), joins a
-        # running cluster; otherwise a local Ray of our own, even where `ray start` left one on
-        # this machine (Ray's ray.init() would attach to that).
-        address = self.cfg.ray.address or os.environ.get("RAY_ADDRESS", "").strip()
         if address:
             if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
                 log("CUDA_VISIBLE_DEVICES does not limit a running Ray cluster: start its nodes with it "
@@ -244,6 +249,10 @@ class Run:
     # -- the run -----------------------------------------------------------------------------
 
     def run(self) -> dict:
+        from rlvr.train.placement import join_in_token_mode
+
+        if self._ray_address():
+            join_in_token_mode(os.environ)  # Ray reads the mode once, when it is first imported
         import ray
         from transformers import AutoTokenizer
 

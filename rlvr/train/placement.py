@@ -37,6 +37,23 @@ def ray_gpu_args(num_gpus: float | None, cuda_visible: str | None) -> tuple[floa
     return num_gpus, None
 
 
+def join_in_token_mode(environ: dict) -> bool:
+    """Before joining a running Ray cluster: Ray (2.60) starts clusters with token
+    authentication by default, but a driver sends the token only with RAY_AUTH_MODE=token. With
+    the mode unset and a token at hand (RAY_AUTH_TOKEN, the file RAY_AUTH_TOKEN_PATH, or
+    ~/.ray/auth_token, which `ray start` writes), set the mode to token (such a driver also
+    joins a cluster without authentication). True when it did."""
+    import os
+
+    if environ.get("RAY_AUTH_MODE"):
+        return False
+    path = environ.get("RAY_AUTH_TOKEN_PATH") or os.path.join(os.path.expanduser("~"), ".ray", "auth_token")
+    if environ.get("RAY_AUTH_TOKEN") or os.path.isfile(path):
+        environ["RAY_AUTH_MODE"] = "token"
+        return True
+    return False
+
+
 # -- the run folder on a cluster without a shared filesystem -----------------------------------
 #
 # The trainer ranks write checkpoints into the run folder (and a resumed run's ranks read
