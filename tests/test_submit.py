@@ -541,7 +541,7 @@ def test_simulated_two_instance_sagemaker_job_end_to_end(s3env, bucket, tmp_path
         pytest.skip("bubblewrap (bwrap) is not installed: scripts/install.sh installs it")
     opt_ml, algo2_ml = tmp_path / "opt" / "ml", tmp_path / "algo-2" / "ml"
     job = "rlvr-20261123-101500"
-    hps = {"rlvr_config": "tiny-cpu.yaml", "train.steps": "2", "checkpoint.every": "1", "rollout.engine": "hf",
+    hps = {"rlvr_config": "tiny-cpu.yaml", "train.steps": "1", "checkpoint.every": "1", "rollout.engine": "hf",
            "rollout.prompts_per_step": "8", "rollout.n": "4", "rollout.max_tokens": "12", "rlvr_sync_interval": "1",
            "rollout.num_engines": "1", "rollout.engine_num_cpus": "2", "train.trainer_num_cpus": "1"}
     model = build(str(tmp_path / "tiny"))
@@ -587,7 +587,7 @@ def test_simulated_two_instance_sagemaker_job_end_to_end(s3env, bucket, tmp_path
     e.s3.upload_file(str(archive), bucket, f"rlvr/checkpoints/{job}/output/model.tar.gz")
     got = keys(e, f"rlvr/checkpoints/{job}/")
     rel = {k.split(f"{job}/", 1)[1] for k in got}
-    for d in (f"{run}_step1", f"{run}_step2", f"{run}_final"):
+    for d in (f"{run}_step1", f"{run}_final"):
         assert {f"{d}/trainer_state.pt", f"{d}/config.json"} <= rel, sorted(rel)
     assert {"config.yaml", "run.json", "traces/trace.jsonl", "traces/rollouts.jsonl"} <= rel
     assert not any(".tmp-" in k for k in rel)
@@ -597,10 +597,10 @@ def test_simulated_two_instance_sagemaker_job_end_to_end(s3env, bucket, tmp_path
     assert r.code == 0, r.stderr
     local = dest / job
     steps = [json.loads(ln)["step"] for ln in (local / "traces" / "trace.jsonl").read_text().splitlines()]
-    assert steps == [1, 2]
-    assert (local / "config.yaml").exists() and (local / "checkpoints" / "step_000002" / "trainer_state.pt").exists()
+    assert steps == [1]
+    assert (local / "config.yaml").exists() and (local / "checkpoints" / "step_000001" / "trainer_state.pt").exists()
     assert (local / f"{run}_final" / "model.safetensors").read_bytes() == \
-        (opt_ml / "model" / run / "checkpoints" / "step_000002" / "model.safetensors").read_bytes()
+        (opt_ml / "model" / run / "checkpoints" / "step_000001" / "model.safetensors").read_bytes()
     assert not (local / "output" / "model.tar.gz").exists()
     # and watch follows its traces
     r = invoke("rlvr-s3-sync", ["watch", job, "--src", jobs, "--dest", str(tmp_path / "watched"), "--idle-exit", "0"])

@@ -73,7 +73,7 @@ def test_engine_killed_mid_run_is_restarted(ray_session, base_model, tmp_path, m
 def test_hung_engine_is_detected_and_replaced(ray_session, base_model, tmp_path):
     import signal
 
-    cfg = cfg_for(base_model, "train.steps=3", "checkpoint.every=0", "sync.generate_timeout_s=10", *SMALL)
+    cfg = cfg_for(base_model, "train.steps=2", "checkpoint.every=0", "sync.generate_timeout_s=10", *SMALL)
     stopped = []
 
     def freeze():
@@ -85,7 +85,7 @@ def test_hung_engine_is_detected_and_replaced(ray_session, base_model, tmp_path)
     run(cfg, tmp_path)
     th.join(timeout=300)
     rows = trace(tmp_path)
-    assert stopped and [r["step"] for r in rows] == [1, 2, 3]
+    assert stopped and [r["step"] for r in rows] == [1, 2]
     # At least the frozen engine was replaced and its prompts requeued; on a loaded machine a slow
     # healthy engine may also pass the hang timer, which is handled the same way.
     assert rows[-1]["faults/engine_restarts"] >= 1 and rows[-1]["faults/requeued_prompts"] >= 8
