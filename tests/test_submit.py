@@ -288,10 +288,17 @@ def test_submit_build_push_describe(aws, monkeypatch):
 
 
 def test_failed_push_submits_nothing(aws, monkeypatch):
+    # a failed build leaves nothing behind, not even the ECR repository --push would create
+    monkeypatch.setenv("FAKE_DOCKER_FAIL", "build")
+    r = submit(aws, "--name", "build-fails", "--build", "--push")
+    assert r.code == 1 and "docker build" in r.stderr
+    with pytest.raises(Exception, match="RepositoryNotFound"):
+        aws.client("ecr").describe_repositories(repositoryNames=[aws.repo])
     monkeypatch.setenv("FAKE_DOCKER_FAIL", "push")
     r = submit(aws, "--name", "push-fails", "--push")
     assert r.code == 1 and "docker push" in r.stderr and "failed on request" in r.stderr
-    assert "push-fails" not in jobs(aws) and keys(aws) == [] and not os.path.exists(aws.log)
+    assert "push-fails" not in jobs(aws) and "build-fails" not in jobs(aws)
+    assert keys(aws) == [] and not os.path.exists(aws.log)
 
 
 def json_error(code: str, message: str) -> bytes:
@@ -402,7 +409,7 @@ def test_entrypoint_plans_one_ray_cluster_over_several_instances(tmp_path):
     env = {"RLVR_OPT_ML": str(tmp_path), "TRAINING_JOB_NAME": "multi-1"}
     worker = plan(JobEnv.read(env), env)
     assert worker.worker and worker.nodes == 2
-    assert worker.ray_start == ["ray", "start", "--address=algo-1:6379", "--block", "--disable-usage-stats"]
+    assert worker.ray_start == ["ray", "start", "--address=algo-1:6379", "--disable-usage-stats"]
     head_env = dict(env, SM_CURRENT_HOST="algo-1")
     head = plan(JobEnv.read(head_env), head_env)
     assert not head.worker and head.ray_start[:3] == ["ray", "start", "--head"]
@@ -412,8 +419,9 @@ def test_entrypoint_plans_one_ray_cluster_over_several_instances(tmp_path):
 
 
 def test_a_worker_instance_waits_for_the_head_and_stays_until_its_cluster_stops(tmp_path, monkeypatch):
-    # ray is tests/fakes/bin/ray: `ray start --block` returns at once, as when the head stopped
-    # its cluster; the head is a socket that listens only once the worker has looked for it.
+    # ray is tests/fakes/bin/ray: its first `ray start` fails (as one that gave up on its own
+    # startup), the second joins; the head is a socket that listens only once the worker has
+    # looked for it, and whose closing (the head's `ray stop`) ends the worker.
     import dataclasses
     import socket
     import threading
@@ -428,9 +436,11 @@ def test_a_worker_instance_waits_for_the_head_and_stays_until_its_cluster_stops(
     head.bind(("127.0.0.1", 0))
     address = f"127.0.0.1:{head.getsockname()[1]}"
     p = dataclasses.replace(plan(JobEnv.read(env), env), ray_head=address)
+    log = tmp_path / "ray.log"
     monkeypatch.setenv("PATH", FAKES + os.pathsep + os.environ["PATH"])
-    monkeypatch.setenv("FAKE_RAY_LOG", str(tmp_path / "ray.log"))
-    monkeypatch.setenv("FAKE_RAY_RC", "1")
+    monkeypatch.setenv("FAKE_RAY_LOG", str(log))
+    monkeypatch.setenv("FAKE_RAY_RC", "1,0")
+    monkeypatch.setattr(time, "sleep", lambda s: threading.Event().wait(min(s, 0.05)))
     refused = threading.Event()
     probe = entrypoint._head_listening
 
@@ -445,16 +455,49 @@ def test_a_worker_instance_waits_for_the_head_and_stays_until_its_cluster_stops(
     th = threading.Thread(target=lambda: out.append(entrypoint.run(p, JobEnv.read(env))), daemon=True)
     th.start()
     assert refused.wait(300)  # the worker found the head down ...
-    assert not (tmp_path / "ray.log").exists()  # ... and started nothing
-    head.listen()
-    th.join(300)
+    assert not log.exists()  # ... and started nothing
+    head.listen(1024)
+    wait_for("the second ray start", lambda: log.exists() and len(log.read_text().splitlines()) >= 2, 300)
+    assert th.is_alive() and len(log.read_text().splitlines()) == 2  # joined: it stays while the head is up
     head.close()
-    assert out == [0]  # a short job's worker ends with it, whatever ray start exited with
-    calls = [json.loads(x) for x in (tmp_path / "ray.log").read_text().splitlines()]
-    assert calls == [["start", "--address=algo-1:6379", "--block", "--disable-usage-stats"]]
+    th.join(300)
+    assert out == [0]
+    calls = [json.loads(x)["args"] for x in log.read_text().splitlines()]
+    start = ["start", "--address=algo-1:6379", "--disable-usage-stats"]
+    assert calls == [start, start, ["stop"]]
+    # a head that never comes up, and one that stays up while this host cannot join
     monkeypatch.setattr(entrypoint, "JOIN_TIMEOUT_S", 0.0)
     with pytest.raises(Failure, match="did not come up"):
         entrypoint.run(dataclasses.replace(p, ray_head="127.0.0.1:9"), JobEnv.read(env))
+    monkeypatch.setenv("FAKE_RAY_RC", "1")
+    monkeypatch.setattr(entrypoint, "_head_listening", lambda a: True)
+    with pytest.raises(Failure, match=r"could not join the Ray cluster .* \(ray start exited 1\)"):
+        entrypoint.run(p, JobEnv.read(env))
+
+
+def test_the_head_lends_ray_only_the_training_gpus(tmp_path, monkeypatch):
+    # With an eval watcher beside training, the head's `ray start --head` sees only the
+    # training GPUs, so no trainer or engine of the cluster lands on the eval GPUs.
+    import ray
+
+    from rlvr.cloud import entrypoint
+
+    write_opt_ml(str(tmp_path), {"rlvr_config": "tiny-cpu.yaml", "rlvr_train_gpus": "0-5", "rlvr_eval_gpus": "6,7"},
+                 [TINY], [])
+    with open(tmp_path / "input" / "config" / "resourceconfig.json", "w") as fh:
+        json.dump({"current_host": "algo-1", "hosts": ["algo-1", "algo-2"]}, fh)
+    log = tmp_path / "ray.log"
+    monkeypatch.setenv("PATH", FAKES + os.pathsep + os.environ["PATH"])
+    monkeypatch.setenv("FAKE_RAY_LOG", str(log))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7")
+    env = dict(os.environ, RLVR_OPT_ML=str(tmp_path), TRAINING_JOB_NAME="multi-1")
+    p = plan(JobEnv.read(env), env)
+    monkeypatch.setattr(ray, "init", lambda **kw: None)
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True}, {"Alive": True}])
+    entrypoint._start_head(p)
+    (call,) = [json.loads(x) for x in log.read_text().splitlines()]
+    assert call["args"][:2] == ["start", "--head"] and call["cuda"] == "0,1,2,3,4,5"
 
 
 # ----------------------------------------------------------------------------- the job's S3 layout
@@ -528,9 +571,10 @@ def instance(opt_ml, own_ml, host: str, hosts_file, env: dict) -> subprocess.Pop
 def test_simulated_two_instance_sagemaker_job_end_to_end(s3env, bucket, tmp_path):
     """A job of two instances (--instance-count 2) on this machine, each in its own namespaces
     (see instance()): algo-1 starts the Ray head, waits for algo-2, and runs rlvr-train on the
-    tiny CPU config with the trainer beside its run folder and the engine on algo-2, which
-    loads its own copy of the `model` channel; algo-2 joins and ends once the head stops the
-    cluster. Then rlvr-s3-sync pull and watch find the job's outputs in S3."""
+    tiny CPU config with the trainer beside its run folder and the engine on algo-2, which sees
+    neither the run folder nor algo-1's model cache: it fetches the s3:// model into its own.
+    algo-2 joins and ends once the head stops the cluster. Then rlvr-s3-sync pull and watch
+    find the job's outputs in S3."""
     import socket
 
     from ray._private.services import get_node_ip_address
@@ -545,9 +589,12 @@ def test_simulated_two_instance_sagemaker_job_end_to_end(s3env, bucket, tmp_path
            "rollout.prompts_per_step": "8", "rollout.n": "4", "rollout.max_tokens": "12", "rlvr_sync_interval": "1",
            "rollout.num_engines": "1", "rollout.engine_num_cpus": "2", "train.trainer_num_cpus": "1"}
     model = build(str(tmp_path / "tiny"))
-    for ml in (opt_ml, algo2_ml):  # SageMaker copies every channel to every instance
-        write_opt_ml(str(ml), hps, [TINY], ["model"])
-        shutil.copytree(model, ml / "input" / "data" / "model")
+    c = s3env.client()
+    for f in os.listdir(model):
+        c.upload_file(os.path.join(model, f), bucket, f"models/tiny/{f}")
+    hps["model.path"] = f"s3://{bucket}/models/tiny/"
+    for ml in (opt_ml, algo2_ml):
+        write_opt_ml(str(ml), hps, [TINY], [])
     ip = get_node_ip_address()
     hosts_file = tmp_path / "hosts"
     hosts_file.write_text(open("/etc/hosts").read() + f"\n{ip} algo-1\n{ip} algo-2\n")
@@ -559,7 +606,8 @@ def test_simulated_two_instance_sagemaker_job_end_to_end(s3env, bucket, tmp_path
                RLVR_RAY_PORT=str(port), PYTHONPATH=REPO, OMP_NUM_THREADS="1", RAY_USAGE_STATS_ENABLED="0",
                TOKENIZERS_PARALLELISM="false", PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"],
                RAY_gcs_rpc_server_reconnect_timeout_s="5",  # a worker's raylet ends soon after the head
-               RAY_AUTH_TOKEN=os.urandom(32).hex())  # as rlvr-submit sets it for several instances
+               RAY_AUTH_TOKEN=os.urandom(32).hex(),  # as rlvr-submit sets it for several instances
+               RLVR_CACHE=str(opt_ml / "cache"))  # on each instance its own /opt/ml/cache
     head = instance(opt_ml, opt_ml, "algo-1", hosts_file, env)
     worker = instance(opt_ml, algo2_ml, "algo-2", hosts_file, env)
     out = head.communicate(timeout=900)[0].decode(errors="replace")
@@ -573,7 +621,10 @@ def test_simulated_two_instance_sagemaker_job_end_to_end(s3env, bucket, tmp_path
     man = json.loads((opt_ml / "model" / run / "run.json").read_text())
     (eng,), tr = man["placement"]["engines"], man["placement"]["trainer"]
     assert (eng["host"], tr["host"]) == ("algo-2", "algo-1") and eng["node_id"] != tr["node_id"]
-    assert eng["model"] == tr["model"] == str(opt_ml / "input" / "data" / "model")  # each its own copy
+    assert man["model"]["source"] == "s3" and eng["model"] == tr["model"] == man["base_model"]
+    assert tr["model"].startswith(str(opt_ml / "cache"))  # each instance fetched its own copy
+    theirs = algo2_ml / os.path.relpath(tr["model"], opt_ml)
+    assert sorted(os.listdir(theirs)) == sorted(os.listdir(tr["model"]))
     # what SageMaker does when the container exits: $SM_MODEL_DIR as output/model.tar.gz
     archive = tmp_path / "model.tar.gz"
     with tarfile.open(archive, "w:gz") as tf:
@@ -689,3 +740,44 @@ def test_job_sync_failures_are_returned_not_raised(s3env, tmp_path):
     failed = sync.finish(timeout=120)
     assert failed and all("traces" in p or p.endswith("run") for p, _ in failed)
     assert all("bucket" in m.lower() for _, m in failed), failed
+
+
+def test_job_sync_tries_failed_uploads_again_and_forgets_what_was_mended(s3env, tmp_path):
+    # The bucket appears only after the first uploads failed (a transient failure): the run
+    # folder's files and the checkpoint go up at a later poll and the failures are over. A
+    # checkpoint deleted meanwhile (checkpoint.keep_last) is let go; a failed run gets no _final.
+    import shutil as _shutil
+
+    c = s3env.client()
+    name = f"rlvr-late-bucket-{os.getpid()}"
+    run = tmp_path / "run"
+    (run / "traces").mkdir(parents=True)
+    (run / "traces" / "trace.jsonl").write_text('{"step": 1}\n')
+    cks = []
+    for step in (1, 2):
+        ck = run / "checkpoints" / f"step_{step:06d}"
+        ck.mkdir(parents=True)
+        (ck / "config.json").write_text("{}")
+        (ck / "trainer_state.pt").write_bytes(b"state")
+        cks.append(ck)
+    said = []
+    sync = JobSync(str(run), JobLayout(f"s3://{name}/x/", "job", "run"), interval=0.1, log=said.append).start()
+    try:
+        wait_for("the first failures", lambda: sync._meta.failed and all(u.failed for _, u in sync._checkpoints.values()))
+        _shutil.rmtree(cks[1])
+        c.create_bucket(Bucket=name)
+
+        def there(key):
+            try:
+                return c.get_object(Bucket=name, Key=key)["Body"].read()
+            except Exception:  # noqa: BLE001 - not yet
+                return None
+
+        wait_for("the checkpoint, tried again", lambda: there("x/job/run_step1/trainer_state.pt") == b"state")
+        wait_for("the trace, tried again", lambda: there("x/job/traces/trace.jsonl") == b'{"step": 1}\n')
+    finally:
+        failed = sync.finish(timeout=120, final=False)
+    assert failed == []
+    assert any("step_000002 was deleted before its upload ended" in m for m in said), said
+    keys = {o["Key"] for o in c.list_objects_v2(Bucket=name).get("Contents", [])}
+    assert not any(k.startswith(("x/job/run_step2/", "x/job/run_final/")) for k in keys), keys

@@ -23,8 +23,8 @@ On failure the reason is written to /opt/ml/output/failure, where SageMaker show
 
 Several instances (SM_HOSTS / resourceconfig.json's hosts): the first host starts a Ray head,
 waits until every instance has joined, and runs rlvr-train on the cluster (--ray-address);
-the others wait for the head's port, run `ray start --address=HEAD --block` and end when the
-head stops its cluster. rlvr-train keeps its trainer on the first host, which holds the run
+the others wait for the head's port, run `ray start --address=HEAD` (again when it gave up
+on its startup) and end when the head stops its cluster (its port closes). rlvr-train keeps its trainer on the first host, which holds the run
 folder, and each host loads an s3:// model into its own cache.
 """
 
@@ -176,7 +176,7 @@ def plan(job: JobEnv, environ: dict[str, str] | None = None, now: _dt.datetime |
             ray_start = ["ray", "start", "--head", f"--port={port}", "--disable-usage-stats"]
             train_cmd += ["--ray-address", head]
         else:
-            ray_start = ["ray", "start", f"--address={head}", "--block", "--disable-usage-stats"]
+            ray_start = ["ray", "start", f"--address={head}", "--disable-usage-stats"]
     eval_cmd = eval_env = None
     if eval_name:
         from rlvr.cloud.evalspec import load_eval_config
@@ -247,7 +247,7 @@ def run(p: Plan, job: JobEnv) -> int:
     finally:
         if p.ray_start:
             subprocess.run(["ray", "stop"])  # the other instances' `ray start --block` end with it
-        failed = sync.finish() if sync is not None else []
+        failed = sync.finish(final=(rc == 0)) if sync is not None else []
     if rc != 0:
         _failure(job, f"rlvr-train exited with status {rc}; see the job's log")
     elif failed:
@@ -282,8 +282,9 @@ def _head_listening(address: str) -> bool:
 
 def _worker(p: Plan) -> int:
     """Wait until the head's Ray port answers, join its cluster and stay until it stops (then
-    the job is over for this host, whatever `ray start --block` exits with: a node that could
-    not join is reported by the head, which counts the nodes)."""
+    the job is over for this host: a node that could not join is reported by the head, which
+    counts the nodes). A `ray start` that gives up on its own startup (Ray allows a raylet 30 s
+    to register with the head, which a loaded head can miss) is run again while the head is up."""
     import time
 
     deadline = time.monotonic() + JOIN_TIMEOUT_S
@@ -291,9 +292,23 @@ def _worker(p: Plan) -> int:
         if time.monotonic() > deadline:
             raise Failure(f"the Ray head at {p.ray_head} did not come up in {JOIN_TIMEOUT_S:.0f} s")
         time.sleep(2)
-    log("$ " + " ".join(p.ray_start))
-    rc = subprocess.run(p.ray_start).returncode
-    log(f"the Ray cluster at {p.ray_head} has stopped (ray start exited {rc}): this host is done")
+    while True:
+        log("$ " + " ".join(p.ray_start))
+        rc = subprocess.run(p.ray_start).returncode  # returns once this node runs, or has failed to
+        if rc == 0:
+            break
+        if not _head_listening(p.ray_head):
+            log(f"ray start exited {rc} and the Ray head at {p.ray_head} is gone: this host is done")
+            return 0
+        if time.monotonic() > deadline:
+            raise Failure(f"could not join the Ray cluster at {p.ray_head} in {JOIN_TIMEOUT_S:.0f} s "
+                          f"(ray start exited {rc})")
+        log(f"ray start exited {rc}: trying again")
+        time.sleep(2)
+    while _head_listening(p.ray_head):  # the head stops its cluster when training has ended
+        time.sleep(5)
+    subprocess.run(["ray", "stop"])
+    log(f"the Ray cluster at {p.ray_head} has stopped: this host is done")
     return 0
 
 
@@ -302,7 +317,9 @@ def _start_head(p: Plan) -> None:
     import time
 
     log("$ " + " ".join(p.ray_start))
-    if subprocess.run(p.ray_start).returncode != 0:
+    # the head lends Ray only the training GPUs (train_env's CUDA_VISIBLE_DEVICES): with an eval
+    # watcher beside training, its GPUs stay out of the cluster
+    if subprocess.run(p.ray_start, env=p.train_env).returncode != 0:
         raise Failure("ray start --head failed")
     import ray
 

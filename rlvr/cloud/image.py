@@ -113,21 +113,38 @@ def build(docker: Docker, image: ImageRef, context: str, dockerfile: str | None 
     docker.run([*args, context], f"docker build of {image.local}")
 
 
+def _ecr_missing(aws, name: str) -> str:
+    return (f"ECR repository {name!r} does not exist in {aws.region}: run with --push to create it "
+            "(and --build to build the image first)")
+
+
+def ecr_lookup(aws, name: str) -> str | None:
+    """The repository's URI (REGISTRY/NAME), or None when it does not exist (read-only)."""
+    from rlvr.cloud.aws import call
+
+    ecr = aws.client("ecr")
+    missing = _ecr_missing(aws, name)
+    try:
+        r = call(lambda: ecr.describe_repositories(repositoryNames=[name]), f"ecr DescribeRepositories {name}",
+                 {"RepositoryNotFoundException": missing})
+    except Failure as e:
+        if str(e) == missing:
+            return None
+        raise
+    return r["repositories"][0]["repositoryUri"]
+
+
 def ecr_repository(aws, name: str, create: bool) -> str:
     """The repository's URI (REGISTRY/NAME); created when missing and `create`, else a Failure."""
     from rlvr.cloud.aws import call
 
-    ecr = aws.client("ecr")
-    missing = (f"ECR repository {name!r} does not exist in {aws.region}: run with --push to create it "
-               "(and --build to build the image first)")
-    try:
-        r = call(lambda: ecr.describe_repositories(repositoryNames=[name]), f"ecr DescribeRepositories {name}",
-                 {"RepositoryNotFoundException": missing})
-        return r["repositories"][0]["repositoryUri"]
-    except Failure as e:
-        if not create or str(e) != missing:
-            raise
-    r = call(lambda: ecr.create_repository(repositoryName=name, imageScanningConfiguration={"scanOnPush": True}),
+    uri = ecr_lookup(aws, name)
+    if uri is not None:
+        return uri
+    if not create:
+        raise Failure(_ecr_missing(aws, name))
+    r = call(lambda: aws.client("ecr").create_repository(repositoryName=name,
+                                                          imageScanningConfiguration={"scanOnPush": True}),
              f"ecr CreateRepository {name}")
     return r["repository"]["repositoryUri"]
 

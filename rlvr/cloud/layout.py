@@ -2,7 +2,8 @@
 
     s3://BUCKET/PREFIX/checkpoints/<job>/
       config.yaml, run.json, RESULTS.md    the run folder's top files
-      traces/                              trace.jsonl, samples.jsonl, rollouts.jsonl (every few seconds)
+      traces/                              trace.jsonl, samples.jsonl (every few seconds); rollouts.jsonl
+                                           (with each checkpoint and at the end)
       evals/                               rlvr-eval --watch results, when the job runs one
       <run>_step<N>/                       each complete checkpoint (a Hugging Face folder)
       <run>_final/                         the last checkpoint, once training has ended
@@ -29,7 +30,11 @@ from dataclasses import dataclass
 
 from rlvr.runs import COMPLETE, list_checkpoints
 
-LIVE = ("traces", "evals", "config.yaml", "run.json", "RESULTS.md")  # run-folder paths kept current
+# run-folder paths kept current every poll: the small traces a watcher follows, evals, the top files
+LIVE = ("traces/trace.jsonl", "traces/samples.jsonl", "evals", "config.yaml", "run.json", "RESULTS.md")
+# the rest of traces/ (rollouts.jsonl grows by every sample of every step: sending it whole every
+# few seconds would cost O(steps^2) bytes) goes up with each new checkpoint and at the end
+TRACES = "traces"
 
 
 @dataclass(frozen=True)
@@ -57,11 +62,13 @@ class JobLayout:
 class JobSync:
     """Keeps a job's S3 layout current with a run folder, on background threads.
 
-    start() polls every `interval` seconds: the run folder's live files (traces, evals, the
-    top files) are submitted to one uploader, each new complete checkpoint to its own.
-    finish() does a last poll, uploads the newest checkpoint as <run>_final/, waits for every
-    upload and returns the failures [(path, message)]. Nothing here raises into the caller's
-    loop: failed uploads are warned about on stderr and retried at the next poll.
+    start() polls every `interval` seconds: the run folder's live files (LIVE) are submitted
+    to one uploader, each new complete checkpoint to its own (with all of traces/). A
+    checkpoint whose upload failed is submitted again at the next poll (unchanged files are
+    skipped), or forgotten when it was deleted meanwhile (checkpoint.keep_last).
+    finish(final) does a last poll, uploads the newest checkpoint as <run>_final/ when training
+    succeeded, waits for every upload and returns what is still failing [(path, message)].
+    Nothing here raises into the caller's loop: failures are warned about on stderr.
     """
 
     def __init__(self, run_dir: str, layout: JobLayout, interval: float = 10.0, *, transfer=None,
@@ -75,7 +82,7 @@ class JobSync:
         self.transfer = transfer or S3Transfer(workers=8)  # one client shared by every uploader
         self.log = log or (lambda m: print(f"rlvr-cloud: {m}", file=sys.stderr, flush=True))
         self._meta = BackgroundUploader(layout.root, root=self.run_dir, transfer=self.transfer)
-        self._checkpoints: dict[int, object] = {}
+        self._checkpoints: dict[int, tuple[str, object]] = {}  # step -> (folder, its uploader)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -86,18 +93,27 @@ class JobSync:
         # the completeness marker goes up last: a copy on S3 is never complete before it is
         return BackgroundUploader(dest, root=root, transfer=self.transfer, last=[COMPLETE])
 
-    def poll(self) -> None:
+    def poll(self, *, everything: bool = False) -> None:
         with self._lock:
-            for rel in LIVE:
-                path = os.path.join(self.run_dir, rel)
-                if os.path.exists(path):
-                    self._meta.submit(path)
+            new = False
             for step, path in list_checkpoints(self.run_dir):
                 if step not in self._checkpoints:
                     up = self._uploader(self.layout.checkpoint(step), path)
                     up.submit(path)
-                    self._checkpoints[step] = up
+                    self._checkpoints[step] = (path, up)
+                    new = True
                     self.log(f"uploading checkpoint {os.path.basename(path)} to {self.layout.checkpoint(step)}")
+            for step, (path, up) in self._checkpoints.items():
+                if up.failed and not up.pending:
+                    if os.path.isdir(path):
+                        up.submit(path)  # again: what went up already is skipped
+                    else:
+                        up.forget(path)
+                        self.log(f"checkpoint {os.path.basename(path)} was deleted before its upload ended")
+            for rel in (*LIVE, *((TRACES,) if new or everything else ())):
+                path = os.path.join(self.run_dir, rel)
+                if os.path.exists(path):
+                    self._meta.submit(path)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
@@ -112,20 +128,25 @@ class JobSync:
         self._thread.start()
         return self
 
-    def finish(self, timeout: float | None = 3600) -> list[tuple[str, str]]:
+    def finish(self, timeout: float | None = 3600, *, final: bool = True) -> list[tuple[str, str]]:
+        """The last uploads; `final`: training succeeded, so its newest checkpoint is <run>_final/.
+        `timeout` bounds the whole wait."""
+        import time
+
+        end = None if timeout is None else time.monotonic() + timeout
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        self.poll()
+        self.poll(everything=True)
         failed: list[tuple[str, str]] = []
-        cks = list_checkpoints(self.run_dir)
-        final = None
+        cks = list_checkpoints(self.run_dir) if final else []
+        final_up = None
         if cks:
-            final = self._uploader(self.layout.final, cks[-1][1])
-            final.submit(cks[-1][1])
+            final_up = self._uploader(self.layout.final, cks[-1][1])
+            final_up.submit(cks[-1][1])
             self.log(f"uploading the final checkpoint {os.path.basename(cks[-1][1])} to {self.layout.final}")
-        for up in [self._meta, *self._checkpoints.values(), *([final] if final else [])]:
-            failed += up.close(timeout=timeout)
+        for up in [self._meta, *(u for _, u in self._checkpoints.values()), *([final_up] if final_up else [])]:
+            failed += up.close(timeout=None if end is None else max(0.0, end - time.monotonic()))
         if self._own_transfer and not failed:
             self.transfer.close()
         return failed

@@ -247,18 +247,25 @@ class Submitter:
         from rlvr.s3 import make_client
 
         bucket, _ = _s3_parts(o.s3, "--s3")
-        s3 = make_client()
+        s3 = make_client(region=aws.region, profile=o.profile)  # the same account and region as the job
         call(lambda: s3.head_bucket(Bucket=bucket), f"s3 HeadBucket {bucket}",
              {"404": f"S3 bucket {bucket} does not exist (--s3 {o.s3})", "NoSuchBucket": f"S3 bucket {bucket} does not exist",
               "403": f"S3 bucket {bucket}: access denied"})
+        repo_uri = None
         if self.image.registry is None:  # a repository of this account's ECR
-            uri = f"{img.ecr_repository(aws, self.image.repository, create=o.push)}:{self.image.tag}"
+            # read-only: with --push a missing repository is created only after the build
+            repo_uri = (img.ecr_lookup(aws, self.image.repository) if o.push
+                        else img.ecr_repository(aws, self.image.repository, create=False))
             if not o.push:
                 img.ecr_require_tag(aws, self.image.repository, self.image.tag)
-        else:  # a full image URI: SageMaker pulls it as it is
-            uri = self.image.uri()
         # (4) image
         self._build(docker)
+        if self.image.registry is None:
+            if repo_uri is None:
+                repo_uri = img.ecr_repository(aws, self.image.repository, create=True)
+            uri = f"{repo_uri}:{self.image.tag}"
+        else:  # a full image URI: SageMaker pulls it as it is
+            uri = self.image.uri()
         if o.push:
             img.ecr_login(aws, docker)
             img.push(docker, self.image, uri)

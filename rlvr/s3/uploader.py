@@ -96,7 +96,9 @@ class BackgroundUploader:
     dest_uri + its path relative to root, or where `layout` (a :class:`Layout`, paths relative
     to root) puts it (a folder is pushed: unchanged files are skipped). ``live(paths,
     interval_s)`` starts the live lane; ``tick()`` tells it the files may have changed.
-    Failures are kept in ``.failed`` and passed to `on_error` (default: a warning on stderr);
+    Failures are passed to `on_error` (default: a warning on stderr) and kept in ``.failed``
+    until the same path goes up after all (a folder or live file submitted again, a later pass
+    of the live lane): ``.failed`` is what is failing now, not every error ever seen.
     ``close(timeout)`` waits for the queue and a last pass of the live lane, and returns the
     failures.
     """
@@ -121,7 +123,7 @@ class BackgroundUploader:
         self.on_error = on_error or (lambda path, msg: print(f"rlvr: warning: upload of {path} failed: {msg}",
                                                              file=sys.stderr, flush=True))
         self.on_done = on_done
-        self.failed: list[tuple[str, str]] = []
+        self._failed: dict[str, str] = {}  # path -> the last error, until that path goes up
         self.uploaded: list[str] = []
         self._q: queue.Queue[str | None] = queue.Queue()
         self._pending: set[str] = set()
@@ -134,6 +136,16 @@ class BackgroundUploader:
         self._live_thread: threading.Thread | None = None
         self._thread = threading.Thread(target=self._loop, name="s3-background-upload", daemon=True)
         self._thread.start()
+
+    @property
+    def failed(self) -> list[tuple[str, str]]:
+        """[(path, message)] of the uploads that failed and have not gone up since."""
+        with self._lock:
+            return list(self._failed.items())
+
+    def forget(self, path: str) -> None:
+        """Drop the failures of `path` and of everything below it (e.g. a folder deleted on purpose)."""
+        self._succeeded(os.path.abspath(path))
 
     @property
     def pending(self) -> int:
@@ -248,6 +260,7 @@ class BackgroundUploader:
                 for p, msg in report.failed:
                     self._fail(p, msg)
                 if not report.failed:
+                    self._succeeded(path)
                     with self._lock:
                         self.uploaded.append(path)
                 if self.on_done:
@@ -280,6 +293,7 @@ class BackgroundUploader:
                 self._fail(p, msg)
             if not report.failed:
                 self._live[path] = now
+                self._succeeded(path)
                 if self.on_done:
                     self.on_done(path, report)
 
@@ -301,11 +315,18 @@ class BackgroundUploader:
 
     def _fail(self, path: str, msg: str) -> None:
         with self._lock:
-            self.failed.append((path, msg))
+            self._failed[path] = msg
         try:
             self.on_error(path, msg)
         except Exception:  # noqa: BLE001
             pass
+
+    def _succeeded(self, path: str) -> None:
+        """`path` (a file, or a folder with everything in it) is on S3 now: its old failures are over."""
+        below = path.rstrip(os.sep) + os.sep
+        with self._lock:
+            for p in [p for p in self._failed if p == path or p.startswith(below)]:
+                del self._failed[p]
 
     def close(self, timeout: float | None = None) -> list[tuple[str, str]]:
         """Wait up to `timeout` seconds (None: no limit) for queued uploads and a last pass of the
