@@ -148,33 +148,11 @@ def ray_local():  # one local Ray for the training tests of this module
     ray.shutdown()
 
 
-def test_train_uploads_its_run_folder(s3env, bucket, tmp_path, ray_local):
-    from rlvr.config_loader import load_config, to_yaml
-    from rlvr.tiny import build
-    from rlvr.train.config import TrainConfig
-    from rlvr.train.loop import train
-
-    cfg = load_config(TrainConfig, os.path.join(REPO, "configs", "tiny-cpu.yaml"), [
-        "train.steps=2", "checkpoint.every=1", "rollout.engine=hf", "rollout.prompts_per_step=4", "rollout.n=4",
-        "rollout.max_tokens=8", f"checkpoint.upload=s3://{bucket}/jobs/"])
-    cfg.model.path = build(str(tmp_path / "tiny"))
-    run_dir = tmp_path / "runs" / "job1"
-    train(cfg, str(run_dir), ["rlvr-train"], to_yaml(cfg))
-    c = s3env.client()
-    keys = {o["Key"] for o in c.list_objects_v2(Bucket=bucket, Prefix="jobs/")["Contents"]}
-    for k in ("jobs/job1/config.yaml", "jobs/job1/run.json", "jobs/job1/traces/trace.jsonl",
-              "jobs/job1/checkpoints/step_000001/model.safetensors",
-              "jobs/job1/checkpoints/step_000002/trainer_state.pt"):
-        assert k in keys, k
-    assert not any("/.tmp-" in k for k in keys)  # checkpoints being written never go up
-    remote = c.get_object(Bucket=bucket, Key="jobs/job1/traces/trace.jsonl")["Body"].read()
-    assert remote == (run_dir / "traces" / "trace.jsonl").read_bytes()
-    assert orjson.loads(c.get_object(Bucket=bucket, Key="jobs/job1/run.json")["Body"].read())["status"] == "completed"
-
-
 def test_train_traces_reach_s3_before_the_next_checkpoint(s3env, bucket, tmp_path, ray_local, monkeypatch):
     """A watcher sees step N's trace while training runs, before the checkpoint that follows it,
-    with the uploads mapped to another layout (the one of a SageMaker job)."""
+    with the uploads mapped to another layout (the one of a SageMaker job); checkpoints being
+    written never go up, and the run folder's final state does (rlvr.s3.Layout's default
+    layout is tested in test_s3_sync.py)."""
     import time
 
     from rlvr.config_loader import load_config, to_yaml
@@ -224,6 +202,8 @@ def test_train_traces_reach_s3_before_the_next_checkpoint(s3env, bucket, tmp_pat
     assert not any(k.startswith("sm/checkpoints/job1/r1/checkpoints/") or "/.tmp-" in k for k in keys)
     remote = c.get_object(Bucket=bucket, Key="sm/checkpoints/job1/traces/trace.jsonl")["Body"].read()
     assert remote == (run_dir / "traces" / "trace.jsonl").read_bytes()
+    remote = orjson.loads(c.get_object(Bucket=bucket, Key="sm/checkpoints/job1/r1/run.json")["Body"].read())
+    assert remote["status"] == "completed"
     man = orjson.loads((run_dir / "run.json").read_bytes())
     assert man["model"]["source"] == "s3" and man["model"]["uri"] == f"s3://{bucket}/models/tiny/"
     assert man["base_model"] == man["model"]["path"] and man["base_model"].startswith(str(tmp_path / "cache"))

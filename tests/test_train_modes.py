@@ -14,16 +14,20 @@ from test_train import SMALL, base_model, cfg_for, ray_session, run, trace  # no
 
 def test_resume_on_two_fsdp_ranks_continues_the_same_data_order(ray_session, base_model, tmp_path):
     # A run stopped after its step-2 checkpoint and resumed, its trainer two FSDP ranks, trains
-    # on the same prompts step by step as an uninterrupted one-rank run; the ranks' optimizer
-    # shards are in each checkpoint and engines and trainer agree on log-probs.
+    # on the same prompts step by step as an uninterrupted run would: batch k of the prompt
+    # stream at step k+1. The ranks' optimizer shards are in each checkpoint and engines and
+    # trainer agree on log-probs.
+    from rlvr.train.stream import PromptStream
+
     fsdp = ("train.num_trainers=2", "train.trainer_num_cpus=0.5", "checkpoint.every=2")
-    full = tmp_path / "full"
-    run(cfg_for(base_model, "train.steps=3", "checkpoint.every=0", *SMALL), full)
     part = tmp_path / "part"
     run(cfg_for(base_model, "train.steps=2", *fsdp, *SMALL), part)
-    run(cfg_for(base_model, "train.steps=3", *fsdp, *SMALL), part, resume=True)
-    a, b = trace(full, "rollouts.jsonl"), trace(part, "rollouts.jsonl")
-    assert [(x["step"], x["id"]) for x in a] == [(x["step"], x["id"]) for x in b]
+    cfg = cfg_for(base_model, "train.steps=3", *fsdp, *SMALL)
+    run(cfg, part, resume=True)
+    stream = PromptStream(cfg.data)
+    expected = [(k + 1, rec["id"]) for k in range(3) for rec, _ in stream.batch(k, cfg.rollout.prompts_per_step)]
+    got = [(x["step"], x["id"]) for x in trace(part, "rollouts.jsonl")]
+    assert sorted(got) == sorted(expected) and len(set(got)) == len(got)
     rows = trace(part)
     assert [r["step"] for r in rows] == [1, 2, 3]
     man = orjson.loads((part / "run.json").read_bytes())
