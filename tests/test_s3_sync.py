@@ -240,6 +240,14 @@ def test_pull_unpacks_and_flattens_model_tar_gz(s3env, bucket, tmp_path):
     assert "unpack" in [a["action"] for a in records(r.stdout)]
     r = cli(["pull", f"s3://{bucket}/jobs/job-7", tmp_path], s3env.env())  # unchanged archive: not fetched again
     assert r.returncode == 0 and r.stdout == "" and "2 unchanged" in r.stderr
+    # a job by its name, under the jobs' prefix (--src, RLVR_S3_JOBS)
+    r = cli(["pull", "job-7", tmp_path / "by-name"], dict(s3env.env(), RLVR_S3_JOBS=f"s3://{bucket}/jobs/"))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "by-name" / "job-7" / "config.yaml").read_bytes() == b"lr: 1\n"
+    env = {k: v for k, v in s3env.env().items() if k != "RLVR_S3_JOBS"}
+    for args, msg in ((["job-7"], "needs --src or RLVR_S3_JOBS"), (["jobs/job-7", "--src", "s3://b/"], "job name")):
+        r = cli(["pull", *args, tmp_path / "x"], env)
+        assert r.returncode == 2 and msg in r.stderr, r.stderr
 
 
 def test_pull_refuses_keys_that_escape_the_folder(s3env, bucket, tmp_path):

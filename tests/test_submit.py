@@ -644,7 +644,7 @@ def test_simulated_two_instance_sagemaker_job_end_to_end(s3env, bucket, tmp_path
     assert not any(".tmp-" in k for k in rel)
     # rlvr-s3-sync pull finds the layout it expects (model.tar.gz unpacked in place)
     dest = tmp_path / "results"
-    r = invoke("rlvr-s3-sync", ["pull", f"{jobs}{job}", str(dest), "--no-progress"])
+    r = invoke("rlvr-s3-sync", ["pull", job, str(dest), "--src", jobs, "--no-progress"])
     assert r.code == 0, r.stderr
     local = dest / job
     steps = [json.loads(ln)["step"] for ln in (local / "traces" / "trace.jsonl").read_text().splitlines()]

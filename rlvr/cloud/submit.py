@@ -297,7 +297,7 @@ class Submitter:
                   "job_log": o.job_log}
         self.out(json.dumps(result))
         self.log(f"submitted {self.name}; follow it with: rlvr-s3-sync watch {self.name} --src {self.jobs_uri} "
-                 f"--dest results/   fetch it with: rlvr-s3-sync pull {self.jobs_uri}{self.name} results/")
+                 f"--dest results/   fetch it with: rlvr-s3-sync pull {self.name} results/ --src {self.jobs_uri}")
         return result
 
     def _local(self, docker: img.Docker) -> dict:

@@ -102,18 +102,30 @@ def push(local_dir, s3_uri, endpoint_url, include, exclude, delete, dry_run, wor
 
 
 @cmd.command(help=with_examples(
-    "Download the job S3_URI (s3://bucket/prefix/JOB) into DIR/JOB/; a model.tar.gz is unpacked there (wrapper "
-    "folders stripped) so config.yaml, traces/ and checkpoints/ sit directly in DIR/JOB/.",
+    "Download the job S3_URI (s3://bucket/prefix/JOB, or a job name JOB under --src) into DIR/JOB/; a "
+    "model.tar.gz is unpacked there (wrapper folders stripped) so config.yaml, traces/ and checkpoints/ sit "
+    "directly in DIR/JOB/.",
     """
 rlvr-s3-sync pull s3://bucket/jobs/run1 results/        # -> results/run1/
 rlvr-s3-sync pull s3://bucket/jobs/run1 results/ --exclude checkpoints
+RLVR_S3_JOBS=s3://bucket/rlvr/checkpoints/ rlvr-s3-sync pull annotations-adhoc-20261123-101500 results/
 """))
-@click.argument("s3_uri")
+@click.argument("s3_uri", metavar="S3_URI|JOB")
 @click.argument("dir", type=click.Path(file_okay=False))
+@click.option("--src", envvar="RLVR_S3_JOBS", default=None, metavar="S3_URI",
+              help="Prefix holding one folder per job, for a JOB given by name (env RLVR_S3_JOBS).")
 @transfer_options
 @click.option("--no-unpack", is_flag=True, help="Keep model.tar.gz as a file instead of unpacking it.")
-def pull(s3_uri, dir, endpoint_url, include, exclude, delete, dry_run, workers, part_size, progress, no_unpack):
+def pull(s3_uri, dir, src, endpoint_url, include, exclude, delete, dry_run, workers, part_size, progress, no_unpack):
     from rlvr.s3 import pull as do_pull
+
+    if "://" not in s3_uri:  # a job name: under --src / RLVR_S3_JOBS
+        if not s3_uri.strip() or "/" in s3_uri:
+            raise click.BadParameter("expected s3://bucket/prefix/JOB or a job name", param_hint="S3_URI|JOB")
+        if not src:
+            raise click.BadParameter(f"a job name ({s3_uri}) needs --src or RLVR_S3_JOBS (the prefix of the jobs)",
+                                     param_hint="S3_URI|JOB")
+        s3_uri = f"{src.rstrip('/')}/{s3_uri}"
 
     out = RecordWriter(sys.stdout.buffer)
     report = do_pull(s3_uri, dir, include, exclude, delete, dry_run, unpack=not no_unpack,
