@@ -65,6 +65,30 @@ class ResolvedModel:
         return out
 
 
+def lean_transformers() -> None:
+    """Keep transformers from importing scikit-learn in a process that loads models.
+
+    transformers imports scikit-learn (about 1.6 s of CPU and 2 s on a busy 2-core machine, a
+    quarter of `import transformers.generation`) when it is installed, which lm-eval makes it,
+    for one feature rlvr never uses: the confidence threshold of assisted (speculative)
+    generation. Every engine and trainer process pays it at start-up, so rlvr tells
+    transformers it is absent before its generation code is first imported; where that code is
+    already imported, or transformers no longer asks this way, nothing changes. scikit-learn
+    itself stays importable (lm-eval's metrics import it directly)."""
+    import sys
+
+    if "transformers.generation.candidate_generator" in sys.modules:
+        return
+    try:
+        import transformers.utils as tu
+        import transformers.utils.import_utils as iu
+    except ImportError:
+        return
+    for mod in (tu, iu):
+        if hasattr(mod, "is_sklearn_available"):
+            mod.is_sklearn_available = lambda: False
+
+
 def _hub_style(name: str) -> bool:
     parts = name.split("/")
     return len(parts) == 2 and all(p and not p.startswith(".") for p in parts)

@@ -248,6 +248,22 @@ def test_vllm_cpu_runs_in_process_and_both_layouts_agree(vllm_engine, tiny_model
         mp.close()
 
 
+def test_model_processes_leave_scikit_learn_unimported(tiny_model_dir):
+    # transformers would import scikit-learn (installed for lm-eval) for assisted generation,
+    # which rlvr never uses: an engine's process generates without importing it.
+    import subprocess
+    import sys
+
+    code = ("import json, sys; from rlvr.engines import create, EngineOptions, Sampling; "
+            f"e = create('hf', {tiny_model_dir!r}, EngineOptions(dtype='float32')); "
+            "e.generate([e.encode('say seven')], Sampling(n=1, max_tokens=2)); "
+            "print(json.dumps(['transformers.generation.candidate_generator' in sys.modules, 'sklearn' in sys.modules]))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == [True, False]  # generation code loaded, without it
+
+
 def test_vllm_device_must_match_the_build(tiny_model_dir, vllm_engine):
     with pytest.raises(EngineError, match="CPU build"):
         create("vllm", tiny_model_dir, EngineOptions(device="cuda"))

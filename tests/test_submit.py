@@ -58,6 +58,8 @@ def aws(aws_server, s3env, bucket, monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", FAKES + os.pathsep + os.environ["PATH"])
     monkeypatch.setenv("FAKE_DOCKER_LOG", str(tmp_path / "docker.jsonl"))
     monkeypatch.delenv("FAKE_DOCKER_FAIL", raising=False)
+    for who in ("USER", "ADMIN"):  # no SageMaker SDK defaults config of this machine's
+        monkeypatch.setenv(f"SAGEMAKER_{who}_CONFIG_OVERRIDE", str(tmp_path / f"no-{who.lower()}-config.yaml"))
     import boto3
 
     def client(svc):
@@ -147,6 +149,24 @@ def test_missing_role_and_s3_are_usage_errors(aws, monkeypatch):
     monkeypatch.delenv("RLVR_SAGEMAKER_ROLE", raising=False)
     r = invoke("rlvr-submit", [TINY, "--s3", aws.s3uri, "--job-log", aws.log])
     assert r.code == 2 and "no IAM role" in r.stderr
+    # the role from the SageMaker SDK's defaults config: the user's over the administrator's
+    cfg = os.path.join(os.path.dirname(aws.log), "sagemaker")
+    os.makedirs(cfg)
+    with open(os.path.join(cfg, "admin.yaml"), "w") as fh:
+        fh.write("SchemaVersion: '1.0'\nSageMaker:\n  TrainingJob:\n    RoleArn: arn:aws:iam::123456789012:role/admins\n")
+    with open(os.path.join(cfg, "user.yaml"), "w") as fh:
+        fh.write(f"SchemaVersion: '1.0'\nSageMaker:\n  TrainingJob:\n    RoleArn: {aws.role}\n")
+    monkeypatch.setenv("SAGEMAKER_ADMIN_CONFIG_OVERRIDE", os.path.join(cfg, "admin.yaml"))
+    args = [TINY, "--s3", aws.s3uri, "--job-log", aws.log, "--image", f"{aws.repo}:v1", "--dry-run"]
+    r = invoke("rlvr-submit", args)
+    assert r.code == 0 and json.loads(r.stdout)["RoleArn"] == "arn:aws:iam::123456789012:role/admins", r.stderr
+    monkeypatch.setenv("SAGEMAKER_USER_CONFIG_OVERRIDE", os.path.join(cfg, "user.yaml"))
+    r = invoke("rlvr-submit", args)
+    assert r.code == 0 and json.loads(r.stdout)["RoleArn"] == aws.role, r.stderr
+    with open(os.path.join(cfg, "user.yaml"), "w") as fh:
+        fh.write("SageMaker: [unclosed\n")
+    r = invoke("rlvr-submit", args)
+    assert r.code == 2 and "user.yaml: not a readable SageMaker config" in r.stderr
     r = invoke("rlvr-submit", [TINY, "--role", aws.role, "--job-log", aws.log])
     assert r.code == 2 and "--s3" in r.stderr
     r = invoke("rlvr-submit", [TINY, "--role", "sagemaker-role", "--s3", aws.s3uri, "--job-log", aws.log])
@@ -498,6 +518,13 @@ def test_the_head_lends_ray_only_the_training_gpus(tmp_path, monkeypatch):
     entrypoint._start_head(p)
     (call,) = [json.loads(x) for x in log.read_text().splitlines()]
     assert call["args"][:2] == ["start", "--head"] and call["cuda"] == "0,1,2,3,4,5"
+    # an instance that never joins: the job fails, and the head's Ray is stopped again
+    log.unlink()
+    monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True}])
+    monkeypatch.setattr(entrypoint, "JOIN_TIMEOUT_S", 0.0)
+    with pytest.raises(Failure, match="only 1 of 2 instances joined"):
+        entrypoint.run(p, JobEnv.read(env))
+    assert [json.loads(x)["args"][:2] for x in log.read_text().splitlines()] == [["start", "--head"], ["stop"]]
 
 
 # ----------------------------------------------------------------------------- the job's S3 layout

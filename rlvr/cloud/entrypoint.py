@@ -206,7 +206,11 @@ def run(p: Plan, job: JobEnv) -> int:
     if p.worker:
         return _worker(p)
     if p.ray_start:
-        _start_head(p)
+        try:
+            _start_head(p)
+        except BaseException:
+            subprocess.run(["ray", "stop"])  # the instances that joined end with it
+            raise
     os.makedirs(p.run_dir, exist_ok=True)
     sync = None
     if p.jobs_uri:

@@ -94,6 +94,31 @@ def inputs_uri(s3: str, job: str) -> str:
     return f"s3://{bucket}/{prefix + '/' if prefix else ''}inputs/{job}/"
 
 
+def sagemaker_config_role() -> str | None:
+    """SageMaker.TrainingJob.RoleArn of the SageMaker Python SDK's defaults config, as the SDK
+    finds it: the user's file ($SAGEMAKER_USER_CONFIG_OVERRIDE, else ~/.config/sagemaker/config.yaml)
+    over the administrator's ($SAGEMAKER_ADMIN_CONFIG_OVERRIDE, else /etc/xdg/sagemaker/config.yaml).
+    Local files only (the SDK also reads s3:// configs); None when neither names a role."""
+    import yaml
+
+    user = os.environ.get("SAGEMAKER_USER_CONFIG_OVERRIDE") or os.path.expanduser("~/.config/sagemaker/config.yaml")
+    admin = os.environ.get("SAGEMAKER_ADMIN_CONFIG_OVERRIDE") or "/etc/xdg/sagemaker/config.yaml"
+    for path in (user, admin):
+        if os.path.isdir(path):
+            path = os.path.join(path, "config.yaml")
+        if not os.path.isfile(path):
+            continue
+        try:
+            with open(path, encoding="utf-8") as fh:
+                doc = yaml.safe_load(fh) or {}
+        except (OSError, yaml.YAMLError) as e:
+            raise UsageError(f"{path}: not a readable SageMaker config ({type(e).__name__})") from None
+        role = ((doc.get("SageMaker") or {}).get("TrainingJob") or {}).get("RoleArn") if isinstance(doc, dict) else None
+        if role:
+            return str(role)
+    return None
+
+
 class Submitter:
     def __init__(self, o: SubmitOptions, out: Callable[[str], None], log: Callable[[str], None]):
         self.o = o
@@ -145,10 +170,12 @@ class Submitter:
             if o.local and not os.path.isdir(uri):
                 raise UsageError(f"--input {n}={uri}: no such folder")
         self.image = img.ImageRef.parse(o.image)
-        self.role = o.role or os.environ.get(ROLE_ENV)
+        self.role = o.role or os.environ.get(ROLE_ENV) or sagemaker_config_role()
         if not o.local:
             if not self.role:
-                raise UsageError(f"no IAM role for the job: give --role ARN or set {ROLE_ENV}")
+                raise UsageError(f"no IAM role for the job: give --role ARN, set {ROLE_ENV}, or set "
+                                 "SageMaker.TrainingJob.RoleArn in the SageMaker SDK's defaults config "
+                                 "(~/.config/sagemaker/config.yaml)")
             if not ROLE_RE.match(self.role):
                 raise UsageError(f"--role {self.role!r} is not an IAM role ARN (arn:aws:iam::ACCOUNT:role/NAME)")
             if not o.s3:

@@ -60,7 +60,8 @@ rlvr-submit --describe annotations-adhoc-20261123-101500
 @click.option("-d", "--description", default="", help="What the job is for: goes into the job log.")
 @click.option("--job-log", envvar="RLVR_JOB_LOG", default="docs/job_log.md", show_default=True,
               type=click.Path(dir_okay=False), help="Markdown job log to append to (env RLVR_JOB_LOG).")
-@click.option("--role", metavar="ARN", help="IAM role SageMaker runs the job as (env RLVR_SAGEMAKER_ROLE).")
+@click.option("--role", metavar="ARN", help="IAM role SageMaker runs the job as (env RLVR_SAGEMAKER_ROLE, else "
+              "SageMaker.TrainingJob.RoleArn of the SageMaker SDK's ~/.config/sagemaker/config.yaml).")
 @click.option("--s3", "s3", metavar="S3_URI", envvar="RLVR_SAGEMAKER_S3",
               help="s3://BUCKET/PREFIX/ for the job's outputs (PREFIX/checkpoints/JOB/) and inputs (env RLVR_SAGEMAKER_S3).")
 @click.option("--image", envvar="RLVR_IMAGE", default="rlvr:latest", show_default=True,

@@ -27,6 +27,9 @@ __all__ = ["DTYPES", "ENGINES", "CheckpointError", "Engine", "EngineError", "Eng
 
 def create(kind: str, model: str, options: EngineOptions | None = None, warn=None) -> Engine:
     """Build an engine: kind "vllm" or "hf"; warn(msg) receives load-time warnings."""
+    from rlvr.models import lean_transformers
+
+    lean_transformers()
     if kind == "vllm":
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # before vLLM's first import; yours wins
         try:

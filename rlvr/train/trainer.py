@@ -98,6 +98,9 @@ def _shard(model, compute_dtype: torch.dtype) -> None:
 class PolicyTrainer:
     def __init__(self, model_path: str, tcfg, max_tokens: int, total_steps: int, trust_remote_code: bool = False,
                  ref_path: str | None = None, temperature: float = 1.0, rank: int = 0, world: int = 1):
+        from rlvr.models import lean_transformers
+
+        lean_transformers()
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.cfg = tcfg
