@@ -1,16 +1,11 @@
-"""rlvr-train on a simulated two-node Ray cluster: a head started here and a second node started
-by `ray start` in its own mount namespace (bubblewrap), where the head's folders (the run folder,
-the head's model cache) are an empty tmpfs, as on nodes that share no filesystem (SageMaker
-instances): a trainer that would not see the run folder is refused before the run starts."""
+"""rlvr-train's placement on a Ray cluster: each actor sees only the GPUs Ray gave it, and a
+trainer that would not see the run folder (nodes that share no filesystem, as SageMaker
+instances) is refused before the run starts. A run over two nodes that share nothing is
+test_submit.py's two-instance SageMaker job."""
 
 from __future__ import annotations
 
 import os
-import shutil
-import signal
-import subprocess
-import sys
-import time
 
 import orjson
 import pytest
@@ -20,8 +15,6 @@ from rlvr.config_loader import load_config, to_yaml
 from rlvr.errors import ConfigError
 from rlvr.train.config import TrainConfig
 from rlvr.train.loop import train
-
-JOIN_GUARD_S = 300  # only against a hang: the second node normally joins in seconds
 
 
 def test_each_actor_sees_only_the_gpus_ray_gave_it(tmp_path, monkeypatch):
@@ -57,76 +50,6 @@ def test_each_actor_sees_only_the_gpus_ray_gave_it(tmp_path, monkeypatch):
     assert man["status"] == "completed"
 
 
-def start_node(cmd: list[str], env: dict, log_path, joined, attempts: int = 3) -> subprocess.Popen:
-    """`ray start --block` for a second node, in its own process group; started again when it
-    gave up on its own startup (Ray allows a raylet 30 s to register, which a loaded machine
-    can miss): waits on the node's readiness, `joined()`, never on a fixed time."""
-    for attempt in range(attempts):
-        with open(log_path, "ab") as log:
-            node = subprocess.Popen(cmd, env=env, cwd="/", start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + JOIN_GUARD_S
-        while not joined():
-            if node.poll() is not None:
-                break
-            assert time.monotonic() < deadline, "the second node never joined"
-            time.sleep(0.2)
-        else:
-            return node
-        text = open(log_path, errors="replace").read()
-        if "timed out during startup" not in text or attempt == attempts - 1:
-            raise AssertionError(text[-2000:])
-    raise AssertionError("unreachable")
-
-
-@pytest.fixture(scope="module")
-def two_nodes(tmp_path_factory):
-    """(head folder, model): a Ray cluster of this process's head and a second node that does
-    not see the head's folder."""
-    import ray
-    from ray.cluster_utils import Cluster
-
-    from rlvr.tiny import build
-
-    if shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap (bwrap) is not installed: scripts/install.sh installs it")
-    root = tmp_path_factory.mktemp("cluster")
-    head_dir = root / "head"
-    head_dir.mkdir()
-    if ray.is_initialized():
-        ray.shutdown()
-    model = build(str(root / "tiny"))
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["RAY_USAGE_STATS_ENABLED"] = "0"
-    saved = dict(os.environ)
-    os.environ.clear()
-    os.environ.update(env)
-    cluster = node2 = None
-    try:
-        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"trainer_node": 1}})
-        ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
-        node2 = start_node(
-            ["bwrap", "--dev-bind", "/", "/", "--tmpfs", str(head_dir), "--unshare-pid", "--die-with-parent",
-             "--proc", "/proc", "--", sys.executable, "-m", "ray.scripts.scripts", "start",
-             f"--address={cluster.address}", "--num-cpus=4", '--resources={"inference_node": 2}', "--block"],
-            env, root / "node2.log", lambda: sum(n["Alive"] for n in ray.nodes()) >= 2)
-        yield head_dir, model
-    finally:
-        ray.shutdown()
-        if node2 is not None:
-            os.killpg(node2.pid, signal.SIGTERM)  # its namespace's processes end with it
-            node2.wait()
-        if cluster is not None:
-            cluster.shutdown()
-            # `ray start` recorded the cluster for ray.init() calls on this machine: forget it
-            from ray._private.utils import get_ray_address_file
-
-            marker = get_ray_address_file(None)
-            if os.path.exists(marker) and open(marker).read().strip() == cluster.address:
-                os.unlink(marker)
-        os.environ.clear()
-        os.environ.update(saved)
-
-
 def cluster_cfg(model: str, *sets: str) -> TrainConfig:
     cfg = load_config(TrainConfig, os.path.join(REPO, "configs", "tiny-cpu.yaml"), [
         "train.steps=1", "checkpoint.every=1", "rollout.engine=hf", "rollout.num_engines=1",
@@ -137,15 +60,33 @@ def cluster_cfg(model: str, *sets: str) -> TrainConfig:
     return cfg
 
 
-def test_a_trainer_that_cannot_reach_the_run_folder_is_refused(two_nodes):
-    # (A run over such nodes, its trainer beside the run folder and its engine on the other
-    # node with its own copy of an s3:// model: test_submit.py's two-instance SageMaker job.)
-    head_dir, model = two_nodes
-    # placed on node 2 by its resources: its checkpoints would never reach the run folder
-    cfg = cluster_cfg(model, "train.trainer_resources={inference_node: 0.5}")
-    with pytest.raises(ConfigError, match=r"trainer rank 0 was placed .* does not see the run folder"):
-        train(cfg, str(head_dir / "run-placed"), ["rlvr-train"], to_yaml(cfg))
-    # kept on the driver's node, which cannot hold it (node 2 could: Ray alone would put it there)
-    cfg = cluster_cfg(model, "train.trainer_num_cpus=3")
-    with pytest.raises(ConfigError, match=r"not on a filesystem shared .* has 2 CPU for the 1 rank\(s\)' 3"):
-        train(cfg, str(head_dir / "run-big"), ["rlvr-train"], to_yaml(cfg))
+def test_a_trainer_that_cannot_reach_the_run_folder_is_refused(tmp_path, monkeypatch):
+    # The nodes that do not see the run folder are found by a probe file (rlvr.train.placement;
+    # for real in test_submit.py's two-instance SageMaker job, whose trainer is kept beside its
+    # run folder and whose engine runs on the other instance). Given such a node, a trainer
+    # placed there by its resources is refused, and so is a trainer the driver's node cannot
+    # hold (Ray would wait for it forever).
+    import ray
+
+    from rlvr.tiny import build
+    from rlvr.train import placement
+
+    if ray.is_initialized():
+        ray.shutdown()
+    model = build(str(tmp_path / "tiny"))
+    ray.init(address="local", num_cpus=2, resources={"inference_node": 2}, include_dashboard=False,
+             logging_level="ERROR", log_to_driver=False)
+    try:
+        me = ray.get_runtime_context().get_node_id()
+        monkeypatch.setattr(placement, "nodes_not_seeing", lambda folder: {me: "node-without-the-folder"})
+        cfg = cluster_cfg(model, "train.trainer_resources={inference_node: 0.5}")
+        with pytest.raises(ConfigError, match=r"trainer rank 0 was placed .* on node node-without-the-folder, which "
+                                              r"does not see the run folder"):
+            train(cfg, str(tmp_path / "run-placed"), ["rlvr-train"], to_yaml(cfg))
+        monkeypatch.setattr(placement, "nodes_not_seeing", lambda folder: {"other": "node-2"})
+        cfg = cluster_cfg(model, "train.trainer_num_cpus=3")
+        with pytest.raises(ConfigError, match=r"not on a filesystem shared .*\(node-2\).* has 2 CPU for the "
+                                              r"1 rank\(s\)' 3"):
+            train(cfg, str(tmp_path / "run-big"), ["rlvr-train"], to_yaml(cfg))
+    finally:
+        ray.shutdown()

@@ -145,8 +145,13 @@ class JobSync:
             final_up = self._uploader(self.layout.final, cks[-1][1])
             final_up.submit(cks[-1][1])
             self.log(f"uploading the final checkpoint {os.path.basename(cks[-1][1])} to {self.layout.final}")
-        for up in [self._meta, *(u for _, u in self._checkpoints.values()), *([final_up] if final_up else [])]:
-            failed += up.close(timeout=None if end is None else max(0.0, end - time.monotonic()))
+        ups = [(None, self._meta), *self._checkpoints.values(), *([(None, final_up)] if final_up else [])]
+        for path, up in ups:
+            rest = up.close(timeout=None if end is None else max(0.0, end - time.monotonic()))
+            if rest and path is not None and not os.path.isdir(path):  # deleted while it went up
+                self.log(f"checkpoint {os.path.basename(path)} was deleted before its upload ended")
+                continue
+            failed += rest
         if self._own_transfer and not failed:
             self.transfer.close()
         return failed
