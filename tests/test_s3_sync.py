@@ -245,7 +245,8 @@ def test_pull_unpacks_and_flattens_model_tar_gz(s3env, bucket, tmp_path):
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "by-name" / "job-7" / "config.yaml").read_bytes() == b"lr: 1\n"
     env = {k: v for k, v in s3env.env().items() if k != "RLVR_S3_JOBS"}
-    for args, msg in ((["job-7"], "needs --src or RLVR_S3_JOBS"), (["jobs/job-7", "--src", "s3://b/"], "job name")):
+    for args, msg in ((["job-7"], "needs --src or RLVR_S3_JOBS"), (["jobs/job-7", "--src", "s3://b/"], "job name"),
+                      (["..", "--src", "s3://b/", "--delete"], "job name")):
         r = cli(["pull", *args, tmp_path / "x"], env)
         assert r.returncode == 2 and msg in r.stderr, r.stderr
 

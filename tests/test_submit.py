@@ -163,10 +163,14 @@ def test_missing_role_and_s3_are_usage_errors(aws, monkeypatch):
     monkeypatch.setenv("SAGEMAKER_USER_CONFIG_OVERRIDE", os.path.join(cfg, "user.yaml"))
     r = invoke("rlvr-submit", args)
     assert r.code == 0 and json.loads(r.stdout)["RoleArn"] == aws.role, r.stderr
-    with open(os.path.join(cfg, "user.yaml"), "w") as fh:
-        fh.write("SageMaker: [unclosed\n")
+    for bad in ("SageMaker: [unclosed\n", "SageMaker: [a, b]\n"):
+        with open(os.path.join(cfg, "user.yaml"), "w") as fh:
+            fh.write(bad)
+        r = invoke("rlvr-submit", args)
+        assert r.code == 2 and "user.yaml: not a readable SageMaker config" in r.stderr, r.stderr
+    monkeypatch.setenv("SAGEMAKER_USER_CONFIG_OVERRIDE", "s3://bucket/sagemaker/config.yaml")
     r = invoke("rlvr-submit", args)
-    assert r.code == 2 and "user.yaml: not a readable SageMaker config" in r.stderr
+    assert r.code == 2 and "local SageMaker configs only" in r.stderr
     r = invoke("rlvr-submit", [TINY, "--role", aws.role, "--job-log", aws.log])
     assert r.code == 2 and "--s3" in r.stderr
     r = invoke("rlvr-submit", [TINY, "--role", "sagemaker-role", "--s3", aws.s3uri, "--job-log", aws.log])
@@ -459,7 +463,8 @@ def test_a_worker_instance_waits_for_the_head_and_stays_until_its_cluster_stops(
     log = tmp_path / "ray.log"
     monkeypatch.setenv("PATH", FAKES + os.pathsep + os.environ["PATH"])
     monkeypatch.setenv("FAKE_RAY_LOG", str(log))
-    monkeypatch.setenv("FAKE_RAY_RC", "1,0")
+    monkeypatch.setenv("FAKE_RAY_RC", "1,1,0")  # per logged call: start (fails), stop --force, start
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # the entry point sets it for the job's processes
     monkeypatch.setattr(time, "sleep", lambda s: threading.Event().wait(min(s, 0.05)))
     refused = threading.Event()
     probe = entrypoint._head_listening
@@ -476,15 +481,25 @@ def test_a_worker_instance_waits_for_the_head_and_stays_until_its_cluster_stops(
     th.start()
     assert refused.wait(300)  # the worker found the head down ...
     assert not log.exists()  # ... and started nothing
-    head.listen(1024)
-    wait_for("the second ray start", lambda: log.exists() and len(log.read_text().splitlines()) >= 2, 300)
-    assert th.is_alive() and len(log.read_text().splitlines()) == 2  # joined: it stays while the head is up
+    head.listen()
+
+    def serve():  # a head that answers every probe until it closes
+        while True:
+            try:
+                conn, _ = head.accept()
+            except OSError:
+                return
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    wait_for("the second ray start", lambda: log.exists() and len(log.read_text().splitlines()) >= 3, 300)
+    assert th.is_alive() and len(log.read_text().splitlines()) == 3  # joined: it stays while the head is up
     head.close()
     th.join(300)
     assert out == [0]
     calls = [json.loads(x)["args"] for x in log.read_text().splitlines()]
     start = ["start", "--address=algo-1:6379", "--disable-usage-stats"]
-    assert calls == [start, start, ["stop"]]
+    assert calls == [start, ["stop", "--force"], start, ["stop"]]
     # a head that never comes up, and one that stays up while this host cannot join
     monkeypatch.setattr(entrypoint, "JOIN_TIMEOUT_S", 0.0)
     with pytest.raises(Failure, match="did not come up"):
@@ -510,6 +525,7 @@ def test_the_head_lends_ray_only_the_training_gpus(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", FAKES + os.pathsep + os.environ["PATH"])
     monkeypatch.setenv("FAKE_RAY_LOG", str(log))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7")
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # the entry point sets it for the job's processes
     env = dict(os.environ, RLVR_OPT_ML=str(tmp_path), TRAINING_JOB_NAME="multi-1")
     p = plan(JobEnv.read(env), env)
     monkeypatch.setattr(ray, "init", lambda **kw: None)
@@ -618,7 +634,9 @@ def test_simulated_two_instance_sagemaker_job_end_to_end(s3env, bucket, tmp_path
     job = "rlvr-20261123-101500"
     hps = {"rlvr_config": "tiny-cpu.yaml", "train.steps": "1", "checkpoint.every": "1", "rollout.engine": "hf",
            "rollout.prompts_per_step": "8", "rollout.n": "4", "rollout.max_tokens": "12", "rlvr_sync_interval": "1",
-           "rollout.num_engines": "1", "rollout.engine_num_cpus": "2", "train.trainer_num_cpus": "1"}
+           "rollout.num_engines": "1", "train.trainer_num_cpus": "1",
+           # more CPUs than algo-1 has left beside the trainer: the engine goes to algo-2
+           "rollout.engine_num_cpus": str(os.cpu_count() if multi else 2)}
     model = build(str(tmp_path / "tiny"))
     c = s3env.client()
     for f in os.listdir(model):

@@ -46,6 +46,7 @@ PROG = "rlvr-entrypoint"
 DEFAULT_SYNC_INTERVAL = 10.0
 RAY_PORT = 6379
 JOIN_TIMEOUT_S = 900.0  # how long the head waits for the other instances to join its Ray cluster
+HEAD_GONE_PROBES = 3  # failed probes of the head's port in a row (5 s apart) that end a worker instance
 
 
 def log(msg: str) -> None:
@@ -250,7 +251,7 @@ def run(p: Plan, job: JobEnv) -> int:
                     log(f"warning: the last evaluation pass exited {last.returncode}")
     finally:
         if p.ray_start:
-            subprocess.run(["ray", "stop"])  # the other instances' `ray start --block` end with it
+            subprocess.run(["ray", "stop"])  # its port closes: the other instances leave the cluster
         failed = sync.finish(final=(rc == 0)) if sync is not None else []
     if rc != 0:
         _failure(job, f"rlvr-train exited with status {rc}; see the job's log")
@@ -301,6 +302,7 @@ def _worker(p: Plan) -> int:
         rc = subprocess.run(p.ray_start).returncode  # returns once this node runs, or has failed to
         if rc == 0:
             break
+        subprocess.run(["ray", "stop", "--force"])  # what the failed start left running
         if not _head_listening(p.ray_head):
             log(f"ray start exited {rc} and the Ray head at {p.ray_head} is gone: this host is done")
             return 0
@@ -309,8 +311,12 @@ def _worker(p: Plan) -> int:
                           f"(ray start exited {rc})")
         log(f"ray start exited {rc}: trying again")
         time.sleep(2)
-    while _head_listening(p.ray_head):  # the head stops its cluster when training has ended
+    # The head stops its cluster when training has ended, and its port closes. One probe that
+    # fails (a busy head, a name lookup that stalls) is no proof: only HEAD_GONE_PROBES in a row.
+    missed = 0
+    while missed < HEAD_GONE_PROBES:
         time.sleep(5)
+        missed = 0 if _head_listening(p.ray_head) else missed + 1
     subprocess.run(["ray", "stop"])
     log(f"the Ray cluster at {p.ray_head} has stopped: this host is done")
     return 0

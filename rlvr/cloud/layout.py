@@ -6,7 +6,7 @@
                                            (with each checkpoint and at the end)
       evals/                               rlvr-eval --watch results, when the job runs one
       <run>_step<N>/                       each complete checkpoint (a Hugging Face folder)
-      <run>_final/                         the last checkpoint, once training has ended
+      <run>_final/                         the last checkpoint, once training has ended successfully
       output/model.tar.gz                  SageMaker's archive of $SM_MODEL_DIR, at the end
 
 `rlvr-s3-sync pull s3://BUCKET/PREFIX/checkpoints/<job> results/` brings all of it back

@@ -95,15 +95,25 @@ def inputs_uri(s3: str, job: str) -> str:
 
 
 def sagemaker_config_role() -> str | None:
-    """SageMaker.TrainingJob.RoleArn of the SageMaker Python SDK's defaults config, as the SDK
-    finds it: the user's file ($SAGEMAKER_USER_CONFIG_OVERRIDE, else ~/.config/sagemaker/config.yaml)
-    over the administrator's ($SAGEMAKER_ADMIN_CONFIG_OVERRIDE, else /etc/xdg/sagemaker/config.yaml).
-    Local files only (the SDK also reads s3:// configs); None when neither names a role."""
+    """SageMaker.TrainingJob.RoleArn of the SageMaker Python SDK's defaults config, where the SDK
+    looks: the user's file ($SAGEMAKER_USER_CONFIG_OVERRIDE, else config.yaml in platformdirs'
+    user config folder for "sagemaker": ~/.config/sagemaker/ or $XDG_CONFIG_HOME/sagemaker/ on
+    Linux) over the administrator's ($SAGEMAKER_ADMIN_CONFIG_OVERRIDE, else the site config
+    folder: /etc/xdg/sagemaker/). Local files only (the SDK also reads s3:// ones); None when
+    no file names a role."""
     import yaml
 
-    user = os.environ.get("SAGEMAKER_USER_CONFIG_OVERRIDE") or os.path.expanduser("~/.config/sagemaker/config.yaml")
-    admin = os.environ.get("SAGEMAKER_ADMIN_CONFIG_OVERRIDE") or "/etc/xdg/sagemaker/config.yaml"
-    for path in (user, admin):
+    try:
+        import platformdirs
+
+        user_dir, site_dir = platformdirs.user_config_dir("sagemaker"), platformdirs.site_config_dir("sagemaker")
+    except ImportError:
+        user_dir = os.path.join(os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config"), "sagemaker")
+        site_dir = os.path.join((os.environ.get("XDG_CONFIG_DIRS") or "/etc/xdg").split(":")[0], "sagemaker")
+    for var, default in (("SAGEMAKER_USER_CONFIG_OVERRIDE", user_dir), ("SAGEMAKER_ADMIN_CONFIG_OVERRIDE", site_dir)):
+        path = os.environ.get(var) or default
+        if path.startswith("s3://"):
+            raise UsageError(f"{var}={path}: rlvr-submit reads local SageMaker configs only: give --role")
         if os.path.isdir(path):
             path = os.path.join(path, "config.yaml")
         if not os.path.isfile(path):
@@ -111,9 +121,9 @@ def sagemaker_config_role() -> str | None:
         try:
             with open(path, encoding="utf-8") as fh:
                 doc = yaml.safe_load(fh) or {}
-        except (OSError, yaml.YAMLError) as e:
+            role = ((doc.get("SageMaker") or {}).get("TrainingJob") or {}).get("RoleArn")
+        except (OSError, yaml.YAMLError, AttributeError) as e:
             raise UsageError(f"{path}: not a readable SageMaker config ({type(e).__name__})") from None
-        role = ((doc.get("SageMaker") or {}).get("TrainingJob") or {}).get("RoleArn") if isinstance(doc, dict) else None
         if role:
             return str(role)
     return None
@@ -170,7 +180,7 @@ class Submitter:
             if o.local and not os.path.isdir(uri):
                 raise UsageError(f"--input {n}={uri}: no such folder")
         self.image = img.ImageRef.parse(o.image)
-        self.role = o.role or os.environ.get(ROLE_ENV) or sagemaker_config_role()
+        self.role = o.role or os.environ.get(ROLE_ENV) or (None if o.local else sagemaker_config_role())
         if not o.local:
             if not self.role:
                 raise UsageError(f"no IAM role for the job: give --role ARN, set {ROLE_ENV}, or set "

@@ -120,7 +120,7 @@ def pull(s3_uri, dir, src, endpoint_url, include, exclude, delete, dry_run, work
     from rlvr.s3 import pull as do_pull
 
     if "://" not in s3_uri:  # a job name: under --src / RLVR_S3_JOBS
-        if not s3_uri.strip() or "/" in s3_uri:
+        if not s3_uri.strip() or "/" in s3_uri or s3_uri.strip() in (".", ".."):
             raise click.BadParameter("expected s3://bucket/prefix/JOB or a job name", param_hint="S3_URI|JOB")
         if not src:
             raise click.BadParameter(f"a job name ({s3_uri}) needs --src or RLVR_S3_JOBS (the prefix of the jobs)",
