@@ -68,8 +68,8 @@ class ResolvedModel:
 def lean_transformers() -> None:
     """Keep transformers from importing scikit-learn in a process that loads models.
 
-    transformers imports scikit-learn (about 1.6 s of CPU and 2 s on a busy 2-core machine, a
-    quarter of `import transformers.generation`) when it is installed, which lm-eval makes it,
+    transformers imports scikit-learn (about 2 s of a process's start-up on 2 cores: "Process
+    start-up" in docs/BENCHMARKS.md) when it is installed, which lm-eval makes it,
     for one feature rlvr never uses: the confidence threshold of assisted (speculative)
     generation. Every engine and trainer process pays it at start-up, so rlvr tells
     transformers it is absent before its generation code is first imported; where that code is

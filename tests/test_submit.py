@@ -153,7 +153,7 @@ def test_missing_role_and_s3_are_usage_errors(aws, monkeypatch):
     cfg = os.path.join(os.path.dirname(aws.log), "sagemaker")
     os.makedirs(cfg)
     with open(os.path.join(cfg, "admin.yaml"), "w") as fh:
-        fh.write("SchemaVersion: '1.0'\nSageMaker:\n  TrainingJob:\n    RoleArn: arn:aws:iam::123456789012:role/admins\n")
+        fh.write("SageMaker:\n  TrainingJob:\n    RoleArn: arn:aws:iam::123456789012:role/admins\n")
     with open(os.path.join(cfg, "user.yaml"), "w") as fh:
         fh.write(f"SchemaVersion: '1.0'\nSageMaker:\n  TrainingJob:\n    RoleArn: {aws.role}\n")
     monkeypatch.setenv("SAGEMAKER_ADMIN_CONFIG_OVERRIDE", os.path.join(cfg, "admin.yaml"))
@@ -816,7 +816,8 @@ def test_job_sync_tries_failed_uploads_again_and_forgets_what_was_mended(s3env, 
     said = []
     sync = JobSync(str(run), JobLayout(f"s3://{name}/x/", "job", "run"), interval=0.1, log=said.append).start()
     try:
-        wait_for("the first failures", lambda: sync._meta.failed and all(u.failed for _, u in sync._checkpoints.values()))
+        wait_for("the first failures",
+                 lambda: sync._meta.failed and all(u.failed for _, u in sync._checkpoints.values()))
         _shutil.rmtree(cks[1])
         c.create_bucket(Bucket=name)
 

@@ -24,8 +24,9 @@ On failure the reason is written to /opt/ml/output/failure, where SageMaker show
 Several instances (SM_HOSTS / resourceconfig.json's hosts): the first host starts a Ray head,
 waits until every instance has joined, and runs rlvr-train on the cluster (--ray-address);
 the others wait for the head's port, run `ray start --address=HEAD` (again when it gave up
-on its startup) and end when the head stops its cluster (its port closes). rlvr-train keeps its trainer on the first host, which holds the run
-folder, and each host loads an s3:// model into its own cache.
+on its startup) and end when the head stops its cluster (its port closes). rlvr-train keeps
+its trainer on the first host, which holds the run folder, and each host loads an s3:// model
+into its own cache.
 """
 
 from __future__ import annotations

@@ -322,10 +322,11 @@ class BackgroundUploader:
             pass
 
     def _succeeded(self, path: str) -> None:
-        """`path` (a file, or a folder with everything in it) is on S3 now: its old failures are over."""
+        """`path` (a file, or a folder with everything in it) is on S3 now: its old failures are
+        over, except those of live files below it, which only the live lane sends."""
         below = path.rstrip(os.sep) + os.sep
         with self._lock:
-            for p in [p for p in self._failed if p == path or p.startswith(below)]:
+            for p in [p for p in self._failed if p == path or (p.startswith(below) and p not in self._live)]:
                 del self._failed[p]
 
     def close(self, timeout: float | None = None) -> list[tuple[str, str]]:
