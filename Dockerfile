@@ -23,8 +23,10 @@ RUN apt-get update \
 WORKDIR /opt/rlvr
 # dependencies first (a code change does not reinstall them); vLLM's torch stays as it is
 COPY pyproject.toml README.md ./
+# (with the trackers extra: log.trackers works in a job; WANDB_*/MLFLOW_* come with rlvr-submit --env)
 RUN python3 -c "import tomllib; d = tomllib.load(open('pyproject.toml', 'rb')); \
-print('\n'.join(x for x in d['project']['dependencies'] if not x.startswith('torch')))" > /tmp/req.txt \
+print('\n'.join(x for x in d['project']['dependencies'] + d['project']['optional-dependencies']['trackers'] \
+if not x.startswith('torch')))" > /tmp/req.txt \
  && python3 -m pip install -r /tmp/req.txt
 COPY rlvr ./rlvr
 COPY configs ./configs

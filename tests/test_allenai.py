@@ -12,12 +12,14 @@ import orjson
 import pytest
 
 from helpers import DATA, invoke, jsonl
+from rlvr.data import allenai
 from rlvr.verifiers import allenai_rules
 from rlvr.verifiers import if_functions as iff
 
 AL = os.path.join(DATA, "allenai")
 TULU = os.path.join(AL, "rlvr_gsm_math_if_mixed.jsonl")
 THINK = os.path.join(AL, "thinker_mix.jsonl")
+STDIO = os.path.join(AL, "code_stdio.jsonl")
 
 
 def records(*args):
@@ -58,6 +60,8 @@ def test_rows_rlvr_cannot_verify_are_refused_with_file_row_and_kind(tmp_path):
     r = invoke("rlvr-data", ["allenai", "--source", os.path.join(AL, "unverifiable.jsonl")])
     assert r.code == 3 and r.stdout == ""
     assert "unverifiable.jsonl: row 1: kind 'general-quality_ref' cannot be verified here" in r.stderr
+    r = invoke("rlvr-data", ["allenai", "--source", os.path.join(AL, "unverifiable.jsonl"), "--kinds", "code_stdio"])
+    assert r.code == 0 and r.stdout == ""   # selected out by choice
     bad = tmp_path / "bad.jsonl"
     for row, needle in (({"messages": [{"role": "user", "content": "x"}], "ground_truth": ["1", "2"],
                           "dataset": ["gsm8k", "math"]}, "several verifiers (gsm8k, math)"),
@@ -163,3 +167,88 @@ def test_rlvr_verify_reproduces_the_reference_rewards_with_math_mode_allenai():
     assert [r["rewards"] for r in own.records()] == [[1.0], [1.0], [1.0], [1.0]]   # rlvr: "The answer is 72"
     assert ref.records()[0]["verdicts"][0]["method"] == "allenai-gsm8k"
     assert ref.records()[1]["verdicts"][0]["thinking"]["closed"] is True   # the capital in the reasoning is not judged
+
+
+def test_code_stdio_rows_decode_open_instructs_encodings_and_refuse_bad_tests(tmp_path):
+    recs = records("--source", STDIO)
+    rows = [orjson.loads(ln) for ln in open(STDIO, "rb")]
+    assert [(r["id"], r["dataset"], r["verifier"]) for r in recs] == [
+        (f"allenai/code_stdio-{t}", "allenai/code_stdio", "code") for t in (11, 14, 12)]
+    assert recs[0]["stdio_tests"] == orjson.loads(rows[0]["ground_truth"])            # json.dumps of the list
+    assert recs[2]["stdio_tests"][1] == {"input": "3\n1 2 3\n-2 4 -5\n1 -1 1\n",   # base64 + zlib + pickle
+                                         "output": "-2 4 -5\n1 -1 1\n1 2 3\n"}
+    assert "rewritten_solution" not in recs[0] and "tests" not in recs[0]
+    # a test given as lines joins them; its other keys are dropped
+    row = {"prompt": "x", "dataset": "code_stdio",
+           "ground_truth": [{"input": ["1", "2"], "output": "3", "testtype": "stdin"}]}
+    assert allenai.convert(row, 0, "train")["stdio_tests"] == [{"input": "1\n2", "output": "3"}]
+    bad = tmp_path / "bad.jsonl"
+    for gt, needle in (("[]", "non-empty list of stdin/stdout tests"),
+                       ('[{"input": "1"}]', "stdin/stdout test 0 must be an object with input and output"),
+                       ('[{"input": "1", "output": 2}]', "test 0's output must be a string, got int"),
+                       ("%%%", "neither a JSON list of stdin/stdout tests")):
+        bad.write_bytes(orjson.dumps({"prompt": "x", "ground_truth": gt, "dataset": "code_stdio"}) + b"\n")
+        r = invoke("rlvr-data", ["allenai", "--source", str(bad)])
+        assert r.code == 3 and "bad.jsonl: row 1:" in r.stderr and needle in r.stderr, r.stderr
+
+
+def test_stdio_comparison_rules():
+    """rlvr's own rule (whitespace tokens) and open-instruct's (LiveCodeBench's: lines, numbers by value)."""
+    from rlvr.sandbox.stdio import same_lines, same_output
+
+    assert same_output("1 2\n", "1\n2") and not same_lines("1 2\n", "1\n2")        # lines count there
+    assert same_lines("240.0\n", "240") and not same_output("240.0", "240")          # numbers by value
+    assert same_lines("  a b \r\n\n", "a b") and same_lines("1e2 -0", "100 0")
+    assert not same_lines("a  b", "a b")                                               # not numbers: as strings
+    assert same_lines("NaN", "NaN ") and not same_lines("NaN", "nan")                  # NaN is not NaN by value
+    assert not same_lines("1\n\n2", "1\n2") and not same_lines("x", "y")
+
+
+def test_code_stdio_rows_through_rlvr_verify_with_rlvr_and_open_instruct_grading():
+    """The rows' own solutions, a partly right program and one that hangs on one test: rlvr's
+    all-pass rule by default; code.mode=allenai with --reward-mode fraction gives
+    open-instruct's pass-rate reward (every test run, outputs compared line by line)."""
+    recs = records("--source", STDIO)
+    sols = [orjson.loads(ln)["rewritten_solution"] for ln in open(STDIO, "rb")]
+    by_max = "n = int(input())\nrows = [input().split() for _ in range(n)]\n" \
+             "for r in sorted(rows, key=lambda r: max(map(int, r))):\n    print(*r)\n"
+    hangs = "s, ch = input(), input()\nwhile s == 'PHP':\n    pass\nprint(s.replace(ch, ''))\n"
+    todo = [{**recs[0], "completions": [f"```python\n{sols[0]}```", hangs]},
+            {**recs[1], "completions": [f"Here:\n```python\n{sols[1]}```"]},
+            {**recs[2], "completions": [f"```python\n{sols[2]}```", by_max]}]
+    own = invoke("rlvr-verify", ["-j", "1", "--set", "code.timeout=1"], jsonl(*todo))
+    ref = invoke("rlvr-verify", ["-j", "1", "--set", "code.timeout=1", "--set", "code.mode=allenai",
+                                 "--reward-mode", "fraction"], jsonl(*todo))
+    assert own.code == ref.code == 0, own.stderr + ref.stderr
+    own_v = [r["verdicts"] for r in own.records()]
+    assert [[v["status"] for v in vs] for vs in own_v] == [["correct", "timeout"], ["wrong"], ["correct", "wrong"]]
+    assert own_v[1][0]["error"] == "test 1: output '240.0' where '240' was expected"   # whitespace tokens
+    assert own_v[2][1]["tests_passed"] == 1 and "score" not in own_v[2][1]              # stopped at test 2
+    assert [r["rewards"] for r in own.records()] == [[1.0, 0.0], [0.0], [1.0, 0.0]]
+    ref_v = [r["verdicts"] for r in ref.records()]
+    assert [[v["status"] for v in vs] for vs in ref_v] == [["correct", "wrong"], ["correct"], ["correct", "wrong"]]
+    assert ref_v[0][1]["tests_passed"] == 2 and ref_v[0][1]["tests_timed_out"] == 1    # the other tests still ran
+    assert ref_v[2][1]["tests_passed"] == 2 and ref_v[2][1]["error"].startswith("test 2: output")
+    assert [r["rewards"] for r in ref.records()] == [[1.0, 2 / 3], [1.0], [1.0, 2 / 3]]
+    # open-instruct's code_pass_rate_reward_threshold: a pass rate below it scores 0
+    hi = invoke("rlvr-verify", ["-j", "1", "--set", "code.mode=allenai", "--set", "code.pass_rate_threshold=0.9",
+                                "--reward-mode", "fraction"], jsonl({**todo[2]}))
+    assert hi.code == 0 and hi.records()[0]["rewards"] == [1.0, 0.0], hi.stderr
+    r = invoke("rlvr-verify", ["--set", "code.pass_rate_threshold=0.5"], jsonl(todo[2]))
+    assert r.code == 2 and "code.mode=allenai" in r.stderr
+
+
+def test_code_mode_allenai_scores_assert_rows_by_pass_rate_too():
+    from rlvr.verifiers import code
+
+    rec = next(r for r in records("--source", THINK) if r["id"] == "allenai/code-11")
+    ends = "def remove_Occ(s, ch):\n    return s[1:-1]\n"      # right for 2 of the 3 tests
+    own = code.verify(rec, ends, {})
+    ref = code.verify(rec, ends, {"mode": "allenai"})
+    assert own["status"] == ref["status"] == "wrong" and "score" not in own
+    assert ref["tests_passed"] == 2 and ref["score"] == 2 / 3
+    assert code.verify(rec, ends, {"mode": "allenai", "pass_rate_threshold": 0.7})["score"] == 0.0
+    for bad, needle in (({"mode": "lenient"}, "code.mode must be one of default, allenai"),
+                        ({"mode": "allenai", "pass_rate_threshold": 2}, "in [0, 1]")):
+        with pytest.raises(ValueError, match=needle.replace("[", r"\[").replace("]", r"\]")):
+            code.check_config(bad)

@@ -162,3 +162,12 @@ def test_training_stream_takes_per_dataset_templates_filters_stops_and_lengths()
     with pytest.raises(ConfigError, match="data.template: apps is not a dataset"):
         PromptStream(DataConfig(dataset="gsm8k", split="test", source={"gsm8k": f"{D}/gsm8k/test.jsonl"},
                                 template={"apps": "plain"}))
+
+
+def test_every_dataset_file_has_its_provenance_in_the_readme():
+    """Each file under tests/data/datasets has a row in its README: where it comes from, or
+    which published format it imitates."""
+    readme = open(os.path.join(D, "README.md"), encoding="utf-8").read()
+    rows = {line.split("|")[1].strip() for line in readme.splitlines() if line.startswith("| ") and "/" in line}
+    files = {os.path.relpath(os.path.join(d, f), D) for d, _, fs in os.walk(D) for f in fs if f != "README.md"}
+    assert files and files <= rows, sorted(files - rows)

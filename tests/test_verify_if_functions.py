@@ -82,3 +82,62 @@ def test_choice_takes_the_first_letter():
     assert choice.verify(rec, "E) none")["status"] == "no_answer"          # four choices: A-D only
     assert choice.check_record({"answer": "E", "choices": ["a", "b"]}) == ("answer", "must be one of the letters AB")
     assert choice.verify({"answer": 1}, "A")["status"] == "error"
+
+
+# "Choose" as RLVR-IFeval writes it: the options as ONE string in the JSON ground truth
+# ("I know or I don't know" is a published row's; the others are the forms the same prompt
+# text takes: IFEval's three answers comma-separated or as a tuple, a slash list, letters).
+CHOOSE = [
+    ("My answer is yes., My answer is no., My answer is maybe.", "My answer is maybe. It depends on the premise.",
+     "Maybe; it depends on the premise."),
+    ("I know or I don't know", "I don't know: the premise says nothing about a dining room.",
+     "The hypothesis is not entailed."),
+    ("('My answer is yes.', 'My answer is no.', 'My answer is maybe.')", "My answer is no.", "My answer is nope."),
+    ("yes/no/maybe", "yes", "My eyes say nothing."),
+    ("A, B, C, D", "The answer is B.", "Apples are red."),
+]
+
+
+@pytest.mark.parametrize("options,good,bad", CHOOSE, ids=[c[0][:24] for c in CHOOSE])
+def test_choose_needs_one_of_the_real_options(options, good, bad):
+    rec = {"verifier": "if_functions", "constraint": json.dumps(
+        {"func_name": "validate_choice", "N": None, "quantifier": None, "options": options, "original_prompt": None})}
+    assert iff.check_record(rec) is None
+    assert iff.verify(rec, good)["status"] == "correct" and iff.verify(rec, good)["option"] in good
+    assert iff.verify(rec, bad) == {**iff.verify(rec, bad), "status": "wrong", "option": None}
+    # open-instruct's function iterates the string: today any option character passes (almost
+    # anything does), as Tulu 3 was trained the whole response had to fit in one character
+    assert iff.verify(rec, bad, {"choice": "reference"})["status"] == "correct"
+    assert iff.verify(rec, good, {"choice": "tulu3"})["status"] == "wrong"
+
+
+@pytest.mark.parametrize("options,parsed", [
+    ("I know or I don't know", ["I know", "I don't know"]),
+    ("yes, no, or maybe", ["yes", "no", "maybe"]),
+    ('["A)", "B)"]', ["A)", "B)"]),
+    ("(yes, no)", ["yes", "no"]),
+    ("(a), (b), (c)", ["(a)", "(b)", "(c)"]),
+    ("- yes\n- no", ["yes", "no"]),
+    ("'yes' | 'no'", ["yes", "no"]),
+    ("10,000 or 20,000", ["10,000", "20,000"]),
+    ("My answer is yes.", ["My answer is yes."]),
+    (["My answer is yes.", " My answer is no. "], ["My answer is yes.", "My answer is no."]),
+])
+def test_choose_reads_the_options(options, parsed):
+    assert iff.choice_options(options) == parsed
+
+
+def test_choose_options_as_rlvr_ifeval_stores_them_through_rlvr_verify():
+    rec = load_records("rlvr_ifeval", source=os.path.join(DATA, "datasets", "rlvr_ifeval"))[4]
+    assert rec["constraint"]["options"] == "My answer is yes., My answer is no., My answer is maybe."
+    rec["completions"] = ["My answer is yes. On a clear day it is.", "Yes, on a clear day it is.", ""]
+    r = invoke("rlvr-verify", [], jsonl(rec))
+    assert r.code == 0, r.stderr
+    assert r.records()[0]["rewards"] == [1.0, 0.0, 0.0]
+    r = invoke("rlvr-verify", ["--set", "if_functions.choice=reference"], jsonl(rec))
+    assert r.records()[0]["rewards"] == [1.0, 1.0, 0.0]    # the reproduction: any letter of the options
+    r = invoke("rlvr-verify", ["--set", "if_functions.choice=any"], jsonl(rec))
+    assert r.code == 2 and "if_functions.choice must be one of options, reference, tulu3" in r.stderr
+    assert iff.choice_options(" ; ") == [";"] and iff.choice_options(["", " '' "]) == [] and iff.check_record(
+        {"constraint": {"func_name": "validate_choice", "options": "   "}}) == (
+        "constraint", "validate_choice needs options: none given")

@@ -112,7 +112,7 @@ def _sources(values: tuple[str, ...], names: list[str]) -> dict[str, str | None]
 @click.option("--chat-template", metavar="FILE", type=click.Path(dir_okay=False),
               help="A chat template file (Jinja) replacing the tokenizer's (needs --chat; its path goes into each record).")
 @click.option("--kinds", metavar="K,...", help="allenai: only rows of these kinds (gsm8k, math, strict_math, ifeval, "
-                                               "ifeval_old, code); without it a row rlvr cannot verify stops the read.")
+                                               "ifeval_old, code, code_stdio); without it a row rlvr cannot verify stops the read.")
 @click.option("--limit", type=click.IntRange(0), help="Emit at most this many records.")
 @click.option("--shuffle", is_flag=True, help="Shuffle deterministically with --seed.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for --shuffle and --mix.")

@@ -27,12 +27,14 @@ HELP = with_examples(
 
     Rewards come from a status table, binary by default (correct 1, anything else 0);
     --reward-table changes it, --reward-mode fraction gives instruction-following
-    verdicts the fraction of instructions met. Verifier options are set with --set, e.g.
+    verdicts the fraction of instructions met (and code verdicts under code.mode=allenai
+    their pass rate). Verifier options are set with --set, e.g.
     math.mode (default, strict-match, flexible-extract: the last two are
-    lm-evaluation-harness's GSM8K filters and scoring), math.last_number (fall back to the
-    last number in the text; default true), code.timeout (CPU seconds per program,
-    default 5), code.wall_timeout, code.memory_mb (default 1024), code.sandbox (auto,
-    bwrap, process), ifeval.loose (docs/verify.md lists them all).
+    lm-evaluation-harness's GSM8K filters and scoring; allenai), math.last_number (fall
+    back to the last number in the text; default true), code.timeout (CPU seconds per
+    program, default 5), code.wall_timeout, code.memory_mb (default 1024), code.sandbox
+    (auto, bwrap, process), code.mode (allenai: open-instruct's pass rate over every test),
+    if_functions.choice, ifeval.loose (docs/verify.md lists them all).
 
     Answer-only judging, for every verifier alike: a completion that reasons first
     (<think> ... </think>, then the answer) is judged on the text after its last
@@ -57,6 +59,7 @@ rlvr-verify --verifier math --set math.mode=strict-match gsm8k.jsonl
 rlvr-rollout -m CKPT prompts.jsonl | rlvr-verify --math | rlvr-passk
 rlvr-verify --timeout 10 --reward-table correct=1,no_answer=-0.1 code.jsonl
 rlvr-verify --reward-mode fraction --summary=summary.json ifeval.jsonl
+rlvr-verify --set code.mode=allenai --reward-mode fraction allenai_code.jsonl
 rlvr-verify --thinking --reward-table unfinished_thinking=-0.5 thinker.jsonl
 rlvr-verify --think-markers '<seed:think>' '</seed:think>' seed.jsonl
 rlvr-rollout ... | rlvr-verify | rlvr-passk --format markdown
@@ -149,7 +152,7 @@ class _Command(click.Command):
 @click.option("--reward-table", metavar="STATUS=R,...|FILE",
               help="Rewards per status (correct, wrong, no_answer, timeout, error, unfinished_thinking), inline or a YAML/JSON file; unnamed statuses keep their default (correct 1, others 0).")
 @click.option("--reward-mode", type=click.Choice(["binary", "fraction"]), default="binary", show_default=True,
-              help="fraction: a verdict with a score (instruction following) earns wrong + score * (correct - wrong).")
+              help="fraction: a verdict with a score (instruction following; code under code.mode=allenai) earns wrong + score * (correct - wrong).")
 @click.option("--set", "sets", multiple=True, metavar="VERIFIER.OPTION=VALUE", help="A verifier option, e.g. math.mode=flexible-extract (repeatable).")
 @click.option("--summary", "summary", is_flag=False, flag_value="-", default=None, metavar="[=FILE]",
               help="Print a summary (accuracy per dataset, counts per status, timeouts) on stderr; --summary=FILE writes it as JSON instead.")

@@ -21,9 +21,14 @@ names on the left):
   ifeval_old                 the Tulu 3 form under its newer name
   code                       a list of assert statements (a JSON list, or open-instruct's
                              base64 + zlib encoding of one): verifier code, ``tests``
+  code_stdio                 a list of ``{"input": ..., "output": ...}`` tests (the same
+                             encodings): verifier code in its stdin/stdout mode,
+                             ``stdio_tests``; ``code.mode: allenai`` grades them as
+                             open-instruct does (every test runs, outputs compared line by
+                             line, the pass rate as ``score``: rlvr.verifiers.code)
 
-Anything else (code_stdio, the LLM-judge kinds of the thinker mixtures, string matchers,
-a row graded by several verifiers at once) is refused with a line naming the file, the row
+Anything else (the LLM-judge kinds of the thinker mixtures, string matchers, a row graded
+by several verifiers at once) is refused with a line naming the file, the row
 and the kind, never dropped silently; ``--kinds gsm8k,math,ifeval`` (``data.kinds``) selects
 the rows of the kinds named, by choice, and keeps each row's id and line number. The record's ``dataset`` is ``allenai/<kind>`` (per-kind
 accuracy in summaries), its ``id`` ``allenai/<row id or index>``; the prompt is the chat
@@ -44,9 +49,8 @@ from rlvr.data.catalog import RowError
 
 HUB = "allenai/RLVR-GSM-MATH-IF-Mixed-Constraints"
 MATH_KINDS = ("gsm8k", "math", "strict_math")
-KINDS = (*MATH_KINDS, "ifeval", "ifeval_old", "code")
+KINDS = (*MATH_KINDS, "ifeval", "ifeval_old", "code", "code_stdio")
 _WHY_NOT = {
-    "code_stdio": "its stdin/stdout tests need a code verifier that feeds input to a program",
     "general-quality": "it is judged by a language model", "general-quality_ref": "it is judged by a language model",
 }
 
@@ -98,22 +102,51 @@ def _restricted_loads(data: bytes):
     return Plain(io.BytesIO(data)).load()
 
 
-def decode_tests(value) -> list[str]:
-    """A code row's tests: a list, its JSON text, or open-instruct's base64 + zlib + pickle
-    encoding of one (unpickled as plain data only)."""
-    tests = value
-    if isinstance(tests, str):
+def _decode_list(value, kind: str, what: str) -> list:
+    """A code row's ground truth as a list: the list itself, its JSON text, or open-instruct's
+    base64 + zlib + pickle encoding of it (unpickled as plain data only)."""
+    if isinstance(value, str):
         try:
-            tests = json.loads(tests)
+            value = json.loads(value)
         except ValueError:
             try:
-                tests = _restricted_loads(zlib.decompress(base64.b64decode(tests, validate=True)))
+                value = _restricted_loads(zlib.decompress(base64.b64decode(value, validate=True)))
             except Exception as e:  # noqa: BLE001 - any decoding failure is this row's
-                raise RowError(f"'ground_truth' is neither a JSON list of tests nor base64 + zlib of one ({e})",
+                raise RowError(f"'ground_truth' is neither a JSON list of {what} nor base64 + zlib of one ({e})",
                                "ground_truth") from None
-    if not isinstance(tests, list) or not tests or not all(isinstance(t, str) for t in tests):
+    if not isinstance(value, list) or not value:
+        raise RowError(f"a {kind} row's 'ground_truth' must be a non-empty list of {what}", "ground_truth")
+    return value
+
+
+def decode_tests(value) -> list[str]:
+    """A code row's tests: a list of assert statements, its JSON text, or open-instruct's
+    base64 + zlib + pickle encoding of one (unpickled as plain data only)."""
+    tests = _decode_list(value, "code", "tests")
+    if not all(isinstance(t, str) for t in tests):
         raise RowError("a code row's 'ground_truth' must be a non-empty list of assert statements", "ground_truth")
     return tests
+
+
+def _stdio_text(v, where: str) -> str:
+    if isinstance(v, list) and all(isinstance(x, str) for x in v):
+        return "\n".join(v)   # a list of lines, as open-instruct's runner joins an input given so
+    if not isinstance(v, str):
+        raise RowError(f"{where} must be a string, got {type(v).__name__}", "ground_truth")
+    return v
+
+
+def decode_stdio_tests(value) -> list[dict]:
+    """A code_stdio row's tests as ``[{"input", "output"}]``: open-instruct's encodings (the
+    list, its JSON text, base64 + zlib + pickle of it); other keys of a test are dropped."""
+    tests = _decode_list(value, "code_stdio", "stdin/stdout tests")
+    out = []
+    for k, t in enumerate(tests):
+        if not isinstance(t, dict) or "input" not in t or "output" not in t:
+            raise RowError(f"stdin/stdout test {k} must be an object with input and output", "ground_truth")
+        out.append({"input": _stdio_text(t["input"], f"test {k}'s input"),
+                    "output": _stdio_text(t["output"], f"test {k}'s output")})
+    return out
 
 
 def _literal(text: str):
@@ -188,6 +221,8 @@ def convert(row: dict, i: int, split: str) -> dict:
         rec.update(verifier="math", answer=str(gt), reference_verifier=kind)
     elif kind in ("ifeval", "ifeval_old"):
         rec.update(_ifeval(gt))
+    elif kind == "code_stdio":
+        rec.update(verifier="code", stdio_tests=decode_stdio_tests(gt))
     else:
         rec.update(verifier="code", tests=decode_tests(gt))
     return rec

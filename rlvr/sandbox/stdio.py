@@ -6,15 +6,19 @@
 Each test runs the candidate program once, as ``__main__``, in a fresh forked process
 inside the sandbox (zygote.run_stdio) with the test's input on its stdin. Its stdout comes
 back here as a plain string and is compared with the expected output on this side, after
-normalising whitespace (the outputs' whitespace-separated tokens must be equal). Only the
-inputs enter the sandbox; the expected outputs never do, so a program can pass only by
-printing the right answer. Tests run in order and stop at the first failure; each has its
-own CPU limit (the sandbox's RLIMIT_CPU, counted afresh per process) and wall-clock limit.
+normalising whitespace (the outputs' whitespace-separated tokens must be equal:
+``same_output``), or line by line with numbers compared by value (``same_lines``, the rule
+of LiveCodeBench and of AllenAI's open-instruct). Only the inputs enter the sandbox; the
+expected outputs never do, so a program can pass only by printing the right answer. Tests
+run in order and stop at the first failure (or, with ``run_all``, every test runs and the
+passes are counted: a pass rate); each has its own CPU limit (the sandbox's RLIMIT_CPU,
+counted afresh per process) and wall-clock limit.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 
 from rlvr.sandbox.server import ProtocolError, Session, SandboxStop
 
@@ -49,10 +53,41 @@ def same_output(got: str, want: str) -> bool:
     return got.split() == want.split()
 
 
+def _stripped_lines(s: str) -> list[str]:
+    return [line.strip() for line in s.strip().split("\n")]
+
+
+def _decimals(line: str) -> list[Decimal] | None:
+    try:
+        return [Decimal(x) for x in line.split()]
+    except (InvalidOperation, ValueError):
+        return None
+
+
+def same_lines(got: str, want: str) -> bool:
+    """LiveCodeBench's comparison (open-instruct's code_stdio): both outputs stripped and cut
+    into lines, each line stripped; the same number of lines, and each pair of lines equal as
+    strings or as lists of decimal numbers (``1.0`` equals ``1``, ``1e2`` equals ``100``)."""
+    g, w = _stripped_lines(got), _stripped_lines(want)
+    if len(g) != len(w):
+        return False
+    for a, b in zip(g, w):
+        if a == b:
+            continue
+        da, db = _decimals(a), _decimals(b)
+        try:
+            if da is None or db is None or da != db:
+                return False
+        except InvalidOperation:  # a signalling NaN
+            return False
+    return True
+
+
 @dataclass
 class StdioOutcome:
     total: int
     passed: int = 0
+    timed_out: int = 0               # tests past their CPU or wall-clock limit (run_all)
     failure: str | None = None
     kind: str | None = None          # wrong | timeout | cpu | output_limit | compile
     exit_code: int | None = None
@@ -66,8 +101,9 @@ def _excerpt(s: str, n: int = 120) -> str:
 
 
 def run_tests(session: Session, program: str, tests: list[tuple[str, str]], test_wall_s: float,
-              max_output: int) -> StdioOutcome:
-    """Run the program on each test in order; stop at the first failure."""
+              max_output: int, compare=same_output, run_all: bool = False) -> StdioOutcome:
+    """Run the program on each test in order; stop at the first failure, or with run_all go
+    on and count the passes (the first failure is the one reported)."""
     import signal as _signal
 
     out = StdioOutcome(total=len(tests))
@@ -92,23 +128,26 @@ def run_tests(session: Session, program: str, tests: list[tuple[str, str]], test
             out.stop = session._stop(ProtocolError("malformed reply to a test run"))
             return out
         sig, code = rep.get("signal"), rep.get("exit")
-        out.signal = sig if isinstance(sig, int) else None
-        out.exit_code = code if isinstance(code, int) else None
+        sig = sig if isinstance(sig, int) else None
+        code = code if isinstance(code, int) else None
         if rep["timeout"]:
-            out.kind, out.failure = "timeout", f"test {i}: no exit within {test_wall_s:g} s of wall clock"
+            kind, failure = "timeout", f"test {i}: no exit within {test_wall_s:g} s of wall clock"
         elif rep.get("output_limit"):
-            out.kind, out.failure = "output_limit", f"test {i}: stdout passed {max_output} bytes"
-        elif out.signal == _signal.SIGXCPU:
-            out.kind, out.failure = "cpu", f"test {i}: CPU time limit"
-        elif out.signal is not None:
-            out.kind, out.failure = "wrong", f"test {i}: killed by signal {out.signal}"
-        elif out.exit_code != 0:
-            out.kind, out.failure = "wrong", f"test {i}: exit status {out.exit_code}"
-        elif not same_output(got, want):
-            out.kind = "wrong"
-            out.failure = f"test {i}: output {_excerpt(got)} where {_excerpt(want)} was expected"
+            kind, failure = "output_limit", f"test {i}: stdout passed {max_output} bytes"
+        elif sig == _signal.SIGXCPU:
+            kind, failure = "cpu", f"test {i}: CPU time limit"
+        elif sig is not None:
+            kind, failure = "wrong", f"test {i}: killed by signal {sig}"
+        elif code != 0:
+            kind, failure = "wrong", f"test {i}: exit status {code}"
+        elif not compare(got, want):
+            kind, failure = "wrong", f"test {i}: output {_excerpt(got)} where {_excerpt(want)} was expected"
         else:
             out.passed += 1
             continue
-        return out
+        out.timed_out += kind in ("timeout", "cpu")
+        if out.failure is None:
+            out.kind, out.failure, out.signal, out.exit_code = kind, failure, sig, code
+        if not run_all:
+            return out
     return out

@@ -9,8 +9,8 @@ file (a mapping status -> number, optionally under a ``reward_table`` key), or f
 dict (rlvr-train's ``verify.reward_table``); unnamed statuses keep their default.
 
 Mode ``binary`` maps the status through the table. Mode ``fraction`` (open-instruct's
-instruction-following reward) uses a verdict's ``score`` (fraction of instructions met)
-where it has one: reward = table[wrong] + score * (table[correct] - table[wrong]), which is
+instruction-following and code rewards) uses a verdict's ``score`` (fraction of
+instructions met; share of tests passed under ``code.mode: allenai``) where it has one: reward = table[wrong] + score * (table[correct] - table[wrong]), which is
 the score itself with the default table; statuses timeout/error/no_answer/unfinished_thinking and verdicts
 without a score still go through the table.
 """

@@ -36,7 +36,16 @@ network (false), site_packages (false: the sandbox sees the standard library onl
 user ("rlvr-sandbox"), strict_types (false: ``==`` inside asserts is Python's, ``True == 1``
 as in the reference harnesses; true: the types must match at every level, see
 docs/verify.md), numeric_cross (with strict_types: true lets 1 == 1.0, false keeps int and
-float apart too), test_timeout (wall-clock seconds per stdin/stdout test, 2 x timeout).
+float apart too), test_timeout (wall-clock seconds per stdin/stdout test, 2 x timeout),
+mode (default | allenai: AllenAI's open-instruct grading, below), pass_rate_threshold
+(allenai mode: a pass rate below it scores 0, open-instruct's code_pass_rate_reward_threshold).
+
+``mode: allenai`` grades as open-instruct's code verifiers do (its ``code`` and
+``code_stdio``), to reproduce the rewards of AllenAI's RLVR runs: every test runs (a failed
+or timed-out one does not stop the others), stdin/stdout outputs are compared line by line
+with numbers by value (LiveCodeBench's rule, rlvr.sandbox.stdio.same_lines), and the
+verdict's ``score`` is the pass rate, which ``--reward-mode fraction`` makes the reward.
+The status is still correct only when every test passed.
 """
 
 from __future__ import annotations
@@ -59,10 +68,11 @@ TIMEOUT_S = 15.0
 _DEFAULTS = {"timeout": 5.0, "wall_timeout": None, "memory_mb": 1024, "nproc": 64, "fsize_mb": 16, "nofile": 64,
              "max_output_bytes": 1 << 20, "tmpfs_mb": 64, "sandbox": "auto", "network": False,
              "site_packages": False, "user": "rlvr-sandbox", "strict_types": False, "numeric_cross": True,
-             "test_timeout": None}
+             "test_timeout": None, "mode": "default", "pass_rate_threshold": 0.0}
 _CONFIG_KEYS = set(_DEFAULTS)
 _INTS = {"memory_mb": 16, "nproc": 1, "fsize_mb": 0, "nofile": 8, "max_output_bytes": 0, "tmpfs_mb": 1}
 _BOOLS = {"network", "site_packages", "strict_types", "numeric_cross"}
+MODES = ("default", "allenai")
 MAX_CODE_CHARS = 200_000
 
 
@@ -94,6 +104,13 @@ def check_config(config: dict) -> None:
         raise ValueError(f"code.sandbox must be auto, bwrap or process, got {config.get('sandbox')!r}")
     if not isinstance(config.get("user", "rlvr-sandbox"), str):
         raise ValueError("code.user must be a user name")
+    if config.get("mode", "default") not in MODES:
+        raise ValueError(f"code.mode must be one of {', '.join(MODES)}, got {config.get('mode')!r}")
+    th = config.get("pass_rate_threshold", 0.0)
+    if isinstance(th, bool) or not isinstance(th, (int, float)) or not 0 <= th <= 1:
+        raise ValueError(f"code.pass_rate_threshold must be a number in [0, 1], got {th!r}")
+    if th and config.get("mode", "default") != "allenai":
+        raise ValueError("code.pass_rate_threshold applies to the pass rate of code.mode=allenai: set it too")
 
 
 def _settings(config: dict) -> tuple[Limits, SandboxConfig, dict]:
@@ -105,7 +122,18 @@ def _settings(config: dict) -> tuple[Limits, SandboxConfig, dict]:
     sbc = SandboxConfig(mode=c["sandbox"], user=c["user"], network=c["network"], tmpfs_mb=c["tmpfs_mb"],
                         site_packages=c["site_packages"])
     return limits, sbc, {"strict_types": c["strict_types"], "numeric_cross": c["numeric_cross"],
-                         "test_timeout": c["test_timeout"]}
+                         "test_timeout": c["test_timeout"], "mode": c["mode"],
+                         "pass_rate_threshold": float(c["pass_rate_threshold"])}
+
+
+def _pass_rate(verdict: dict, opts: dict) -> None:
+    """mode allenai: the verdict's score, open-instruct's reward (the share of tests passed,
+    0 below pass_rate_threshold), on the verdicts a fraction reward reads (correct, wrong)."""
+    total = verdict.get("tests_total")
+    if opts["mode"] != "allenai" or verdict["status"] not in ("correct", "wrong") or not total:
+        return
+    rate = verdict.get("tests_passed", 0) / total
+    verdict["score"] = 0.0 if rate < opts["pass_rate_threshold"] else rate
 
 
 def warmup() -> None:
@@ -229,8 +257,8 @@ def verify(record: dict, completion: str, config: dict) -> dict:
     config = config or {}
     if record.get("stdio_tests") is not None and not (record.get("tests") or record.get("test")):
         return _verify_stdio(record, completion, config)
-    limits, sbc, compare = _settings(config)
-    compare.pop("test_timeout")
+    limits, sbc, opts = _settings(config)
+    compare = {k: opts[k] for k in ("strict_types", "numeric_cross")}
     verdict, program, how, plan = _prepare(record, completion, grading.plan_for)
     if program is None:
         return verdict
@@ -286,6 +314,7 @@ def verify(record: dict, completion: str, config: dict) -> dict:
         verdict["error"] = verdict["error"][:1000]
     if fin.exit is not None and (stop is not None or load_error is not None):
         verdict["exit_code"] = fin.exit
+    _pass_rate(verdict, opts)
     return _finish(verdict, fin, fin.signal, sandbox, how, {"calls": calls, "batched": batched or None})
 
 
@@ -326,7 +355,8 @@ def _finish(verdict: dict, fin, signum: int | None, sandbox, how: str, extra: di
 
 def _verify_stdio(record: dict, completion: str, config: dict) -> dict:
     """stdin/stdout tests (APPS style): the program runs once per test, its stdout compared
-    here, after normalising whitespace, with the expected output (rlvr.sandbox.stdio)."""
+    here, after normalising whitespace, with the expected output (rlvr.sandbox.stdio); in
+    mode allenai every test runs, compared line by line, and the pass rate is the score."""
     limits, sbc, opts = _settings(config)
     verdict, program, how, tests = _prepare(record, completion, stdio.stdio_tests)
     if program is None:
@@ -337,10 +367,12 @@ def _verify_stdio(record: dict, completion: str, config: dict) -> dict:
     whole = limits.wall_s if limits.wall_s is not None else test_wall * len(tests) + 5.0
     limits = Limits(timeout_s=limits.timeout_s, wall_s=whole, memory_mb=limits.memory_mb, nproc=limits.nproc,
                     fsize_mb=limits.fsize_mb, nofile=limits.nofile, max_output_bytes=limits.max_output_bytes)
+    allenai = opts["mode"] == "allenai"
     sandbox = get_sandbox(sbc)
     try:
         with sandbox.session(limits) as session:
-            outcome = stdio.run_tests(session, program, tests, test_wall, limits.max_output_bytes)
+            outcome = stdio.run_tests(session, program, tests, test_wall, limits.max_output_bytes,
+                                      compare=stdio.same_lines if allenai else stdio.same_output, run_all=allenai)
             fin = session.finish(wait=outcome.stop is not None)
     except SandboxError as e:
         verdict["error"] = f"sandbox: {e}"
@@ -354,7 +386,8 @@ def _verify_stdio(record: dict, completion: str, config: dict) -> dict:
             verdict.update(status="timeout", error=f"wall-clock limit: {stop}")
         else:
             verdict.update(status="wrong", error=f"{stop.reason}: {stop}")
-    elif outcome.kind in ("timeout", "cpu"):
+    elif outcome.kind in ("timeout", "cpu") and (not allenai or outcome.timed_out == outcome.total):
+        # (mode allenai runs every test: a timeout is one failed test, a timeout status only when all are)
         verdict.update(status="timeout", error=f"wall-clock limit: {outcome.failure}" if outcome.kind == "timeout"
                        else f"CPU time limit: over {limits.timeout_s:g} s of CPU ({outcome.failure})")
     elif outcome.failure is not None:
@@ -363,4 +396,7 @@ def _verify_stdio(record: dict, completion: str, config: dict) -> dict:
         verdict["status"] = "correct"
     if outcome.exit_code not in (None, 0) and verdict["status"] != "correct":
         verdict["exit_code"] = outcome.exit_code
+    if outcome.timed_out and allenai:
+        verdict["tests_timed_out"] = outcome.timed_out
+    _pass_rate(verdict, opts)
     return _finish(verdict, fin, outcome.signal, sandbox, how)

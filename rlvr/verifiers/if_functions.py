@@ -13,24 +13,30 @@ tests where the reference uses substrings, its regular expressions where it coun
 sentences, placeholders or highlights, exact string equality elsewhere. The one
 non-deterministic check upstream, the response language (langdetect), uses rlvr's seeded
 port of langdetect (rlvr.verifiers.if_checks.nlp), so a verdict never varies between runs.
+One check differs from the reference on purpose: "Choose" (validate_choice) passes only a
+response that contains one of the real options, read from RLVR-IFeval's one-string form
+(``choice_options``), where open-instruct iterates that string character by character;
+config ``choice: reference`` (or ``tulu3``, its earlier operand order) reproduces it.
 
 The response is cleaned as the reference cleans it before checking: ``<|assistant|>`` and
 ``<answer>``/``</answer>`` removed, surrounding whitespace stripped (the thinking is already
 gone: the pool's answer-only judging). Status: correct (the constraint holds), wrong,
 no_answer (nothing left to check; the reference would run the function on the empty text,
 which e.g. passes the lowercase check), error (no ``constraint``, an unknown function,
-missing or unusable arguments; see ``error``).
+missing or unusable arguments; see ``error``). Config: choice (options | reference | tulu3,
+see CHOICE_RULES).
 """
 
 from __future__ import annotations
 
+import ast
 import inspect
 import json
 import re
 from typing import Any
 
 NAME = "if_functions"
-VERSION = "1"
+VERSION = "2"  # 2: "Choose" checks the real options, not the characters of their string
 TIMEOUT_S = 10.0
 
 
@@ -107,8 +113,80 @@ def validate_title(text: str) -> bool:
     return re.search(r"<<(.*?)>>", text) is not None
 
 
-def validate_choice(text: str, options: list) -> bool:
-    return any(o in text for o in options)
+_SPLITS = (re.compile(r"\s*\n\s*"), re.compile(r"\s*[;|]\s*"), re.compile(r",\s+(?:or\s+)?|\s+or\s+"),
+           re.compile(r"\s*/\s*"))
+_QUOTES = ("\"\"", "''", "``")
+_BULLET = re.compile(r"^[-*\u2022]\s+")
+
+
+def choice_options(options) -> list[str]:
+    """The options of a "Choose" constraint as a list. A list (or tuple) is taken as it is;
+    RLVR-IFeval writes them as ONE string (``"I know or I don't know"``, ``"My answer is
+    yes., My answer is no., My answer is maybe."``), which is read as: a JSON or Python list
+    or tuple literal; else split at the first of these that gives two or more options: line
+    breaks; ``;`` or ``|``; ``, `` and `` or `` (``"yes, no, or maybe"``); ``/``
+    (``"yes/no/maybe"``); else the whole string is the one option. Brackets around an
+    unquoted list, a bullet (``- ``) before an option and quotes around it are dropped;
+    empty options are ignored."""
+    if isinstance(options, str):
+        s = options.strip()
+        parsed = None
+        if s[:1] in "[(" and s[-1:] in "])":
+            for parse in (json.loads, ast.literal_eval):
+                try:
+                    parsed = parse(s)
+                    break
+                except (ValueError, SyntaxError, MemoryError, RecursionError):
+                    continue
+        if isinstance(parsed, (list, tuple)) and all(isinstance(o, str) for o in parsed):
+            items = list(parsed)
+        else:
+            if len(s) >= 2 and s[0] + s[-1] in ("()", "[]") and not set(s[0] + s[-1]) & set(s[1:-1]):
+                s = s[1:-1]   # a list written out without quotes: (yes, no)
+            items = next((parts for parts in (p.split(s) for p in _SPLITS) if sum(1 for x in parts if x.strip()) > 1),
+                         [s])
+    elif isinstance(options, (list, tuple)):
+        items = [o if isinstance(o, str) else str(o) for o in options]
+    else:
+        raise ValueError(f"options must be a string or a list, got {type(options).__name__}")
+    out = []
+    for o in items:
+        o = _BULLET.sub("", o.strip())
+        if len(o) >= 2 and o[0] + o[-1] in _QUOTES:
+            o = o[1:-1].strip()
+        if o:
+            out.append(o)
+    return out
+
+
+def _mentions(text: str, option: str) -> bool:
+    """The option occurs in the text, not glued to a word on a side where it starts or
+    ends with a word character (option "A" is not found in "Apple", "yes" not in "eyes")."""
+    pattern = re.escape(option)
+    if re.match(r"\w", option):
+        pattern = r"(?<!\w)" + pattern
+    if re.search(r"\w$", option):
+        pattern += r"(?!\w)"
+    return re.search(pattern, text) is not None
+
+
+# How "Choose" is checked (config ``choice``): "options" (the default) passes a response that
+# contains one of the real options; the other two reproduce open-instruct's function, which
+# iterates ``options`` as given, so on RLVR-IFeval's one-string options it goes character by
+# character: "reference" (open-instruct since May 2026: an option character in the response,
+# which almost any response passes) and "tulu3" (open-instruct as Tulu 3 was trained: the
+# whole response inside one option character, which almost every response fails).
+CHOICE_RULES = ("options", "reference", "tulu3")
+
+
+def validate_choice(text: str, options, rule: str = "options") -> str | None:
+    """The option the response gives (the first found, in the options' order), or None.
+    The reproduction rules return the option they matched on, a character on string options."""
+    if rule == "reference":
+        return next((o for o in options if o in text), None)
+    if rule == "tulu3":
+        return next((o for o in options if text in o), None)
+    return next((o for o in choice_options(options) if _mentions(text, o)), None)
 
 
 def validate_highlighted_sections(text: str, N: int) -> bool:
@@ -188,11 +266,28 @@ def parse_constraint(value: Any) -> dict:
     name = c.get("func_name")
     if name not in FUNCTIONS:
         raise ValueError(f"unknown func_name {name!r} (known: {', '.join(sorted(FUNCTIONS))})")
-    params = list(inspect.signature(FUNCTIONS[name]).parameters)[1:]
+    params = _params(name)
     missing = [p for p in params if c.get(p) is None]
     if missing:
         raise ValueError(f"{name} needs {', '.join(missing)}")
+    if name == "validate_choice" and not choice_options(c["options"]):
+        raise ValueError("validate_choice needs options: none given")
     return c
+
+
+def _params(name: str) -> list[str]:
+    """The constraint arguments a function takes (its parameters after the text, less the
+    choice rule, which comes from the verifier's config)."""
+    return [p for p in list(inspect.signature(FUNCTIONS[name]).parameters)[1:] if p != "rule"]
+
+
+def check_config(config: dict) -> None:
+    """Raise ValueError for an unknown option or value (called once, before any work)."""
+    unknown = set(config) - {"choice"}
+    if unknown:
+        raise ValueError(f"unknown if_functions option(s): {', '.join(sorted(unknown))} (known: choice)")
+    if config.get("choice", "options") not in CHOICE_RULES:
+        raise ValueError(f"if_functions.choice must be one of {', '.join(CHOICE_RULES)}, got {config.get('choice')!r}")
 
 
 def check_record(record: dict) -> tuple[str, str] | None:
@@ -219,10 +314,16 @@ def verify(record: dict, completion: str, config: dict | None = None) -> dict:
     text = text.replace("<|assistant|>", "").replace("<answer>", "").replace("</answer>", "").strip()
     if not text:
         return {"status": "no_answer", "extracted": None, "function": name, "score": 0.0}
-    params = list(inspect.signature(FUNCTIONS[name]).parameters)[1:]
+    args = {p: c[p] for p in _params(name)}
+    if name == "validate_choice":
+        args["rule"] = (config or {}).get("choice", "options")
     try:
-        ok = bool(FUNCTIONS[name](text, **{p: c[p] for p in params}))
+        got = FUNCTIONS[name](text, **args)
     except Exception as e:  # noqa: BLE001 - a bad argument (a letter of two characters, a non-number N)
         return {"status": "error", "extracted": None, "function": name, "error": f"{name}: {type(e).__name__}: {e}"}
-    return {"status": "correct" if ok else "wrong", "extracted": text[:1000], "function": name,
-            "score": 1.0 if ok else 0.0}
+    ok = got is not None if name == "validate_choice" else bool(got)
+    verdict = {"status": "correct" if ok else "wrong", "extracted": text[:1000], "function": name,
+               "score": 1.0 if ok else 0.0}
+    if name == "validate_choice":
+        verdict["option"] = got
+    return verdict

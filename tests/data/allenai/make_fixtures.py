@@ -61,6 +61,35 @@ IF_ROWS = [
 IF_ARGS = ("N", "quantifier", "end_phrase", "keyword_list", "word", "forbidden_words", "letter", "i", "first_word",
            "postscript_marker", "options", "section_splitter", "original_prompt")
 
+# MBPP tasks 11, 14 and 12 rewritten as stdin/stdout programs, each MBPP test as an input and
+# the output the rewritten solution prints. Task 14's solution prints a float (240.0) where
+# the test says 240: equal under open-instruct's line-by-line, numbers-by-value comparison.
+STDIO_ROWS = [
+    (11, "Read a string on the first line of standard input and a single character on the second line. "
+         "Remove the first and the last occurrence of that character from the string and print the result.",
+     "s = input()\nch = input()\ni = s.find(ch)\nif i >= 0:\n    s = s[:i] + s[i + 1:]\n"
+     "j = s.rfind(ch)\nif j >= 0:\n    s = s[:j] + s[j + 1:]\nprint(s)\n",
+     [('assert remove_Occ("hello","l") == "heo"', {"input": "hello\nl\n", "output": "heo\n"}),
+      ('assert remove_Occ("abcda","a") == "bcd"', {"input": "abcda\na\n", "output": "bcd\n"}),
+      ('assert remove_Occ("PHP","P") == "H"', {"input": "PHP\nP\n", "output": "H\n"})]),
+    (14, "Read three numbers l, b and h (the base length, base height and length of a triangular prism) "
+         "separated by spaces on one line, and print the volume of the prism, l * b * h / 2.",
+     "l, b, h = map(int, input().split())\nprint((l * b * h) / 2)\n",
+     [("assert find_Volume(10,8,6) == 240", {"input": "10 8 6\n", "output": "240\n"}),
+      ("assert find_Volume(3,2,2) == 6", {"input": "3 2 2\n", "output": "6\n"}),
+      ("assert find_Volume(1,2,1) == 1", {"input": "1 2 1\n", "output": "1\n"})]),
+    (12, "The first line holds n, the next n lines the rows of a matrix of integers (separated by spaces). "
+         "Print the rows sorted in ascending order of their sums, one row a line.",
+     "n = int(input())\nrows = [list(map(int, input().split())) for _ in range(n)]\n"
+     "for r in sorted(rows, key=sum):\n    print(*r)\n",
+     [("assert sort_matrix([[1, 2, 3], [2, 4, 5], [1, 1, 1]])==[[1, 1, 1], [1, 2, 3], [2, 4, 5]]",
+       {"input": "3\n1 2 3\n2 4 5\n1 1 1\n", "output": "1 1 1\n1 2 3\n2 4 5\n"}),
+      ("assert sort_matrix([[1, 2, 3], [-2, 4, -5], [1, -1, 1]])==[[-2, 4, -5], [1, -1, 1], [1, 2, 3]]",
+       {"input": "3\n1 2 3\n-2 4 -5\n1 -1 1\n", "output": "-2 4 -5\n1 -1 1\n1 2 3\n"}),
+      ("assert sort_matrix([[5,8,9],[6,4,3],[2,1,4]])==[[2, 1, 4], [6, 4, 3], [5, 8, 9]]",
+       {"input": "3\n5 8 9\n6 4 3\n2 1 4\n", "output": "2 1 4\n6 4 3\n5 8 9\n"})]),
+]
+
 
 def prompt(shots, question: str) -> str:
     return "".join(f"Question: {q.strip()}\nAnswer:{a.strip()}\n\n" for q, a in shots) + f"Question: {question.strip()}"
@@ -76,7 +105,8 @@ def main(anchors: str) -> None:
 
     gsm = [json.loads(ln) for ln in open(os.path.join(anchors, "gsm8k", "train.jsonl"))][:4]
     math = [json.loads(ln) for ln in open(os.path.join(anchors, "math", "math500_test.jsonl"))][:2]
-    mbpp = [json.loads(ln) for ln in open(os.path.join(anchors, "mbpp", "mbpp.jsonl"))][10:13]
+    mbpp_all = [json.loads(ln) for ln in open(os.path.join(anchors, "mbpp", "mbpp.jsonl"))]
+    mbpp = mbpp_all[10:13]
     tulu = [{"messages": [{"role": "user", "content": prompt(GSM8K_SHOTS, r["question"])}],
              "ground_truth": r["answer"].split("####")[-1].strip(), "dataset": "gsm8k",
              "constraint_type": None, "constraint": None} for r in gsm]
@@ -104,10 +134,28 @@ def main(anchors: str) -> None:
             {"role": "user", "content": f"{r['text']} Your code should pass this test: {tests[0]}"}],
             "ground_truth": gt, "dataset": "code"})
     open(os.path.join(HERE, "thinker_mix.jsonl"), "w").write(jl(think))
+    # code_stdio rows as open-instruct's scripts/data/rlvr_code/code_upload_batch_stdio.py writes
+    # them: an MBPP task rewritten as a stdin/stdout program (rewritten_input, rewritten_solution),
+    # its tests the MBPP ones as {"input", "output"} pairs the solution passes, the ground truth
+    # json.dumps of that list; the third in the thinker mixtures' form (one-entry lists) with the
+    # base64 + zlib + pickle encoding.
+    by_id = {r["task_id"]: r for r in mbpp_all}
+    stdio = []
+    for k, (tid, text, solution, tests) in enumerate(STDIO_ROWS):
+        assert by_id[tid]["test_list"] == [t for t, _ in tests], tid   # the MBPP tests, rewritten
+        cases = [c for _, c in tests]
+        row = {"id": f"code_stdio-{tid}", "messages": [{"role": "user", "content": text}],
+               "ground_truth": json.dumps(cases), "dataset": "code_stdio", "good_program": True,
+               "rewritten_solution": solution, "rewritten_input": text}
+        if k == 2:
+            row.update(ground_truth=[base64.b64encode(zlib.compress(pickle.dumps(cases))).decode()],
+                       dataset=["code_stdio"])
+        stdio.append(row)
+    open(os.path.join(HERE, "code_stdio.jsonl"), "w").write(jl(stdio))
     refused = [{"messages": [{"role": "user", "content": "Write a poem."}], "ground_truth": "a good poem",
                 "dataset": "general-quality_ref"},
-               {"messages": [{"role": "user", "content": "Read n, print n+1."}],
-                "ground_truth": json.dumps([{"input": "1\n", "output": "2\n"}]), "dataset": "code_stdio"}]
+               {"messages": [{"role": "user", "content": "What is the capital of France?"}],
+                "ground_truth": "Paris", "dataset": "string_f1"}]
     open(os.path.join(HERE, "unverifiable.jsonl"), "w").write(jl(refused))
 
 
