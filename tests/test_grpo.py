@@ -135,6 +135,31 @@ def test_chunked_selective_logprobs_equal_the_full_logits(chunk):
         assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("chunk", [0, 4, 1000])
+def test_selective_logprobs_at_several_ids_per_position(chunk):
+    # targets [T, K] (a token and a teacher's top-k): values and gradients equal the full
+    # log-softmax gathered at each id, repeated ids included (their gradients add up)
+    g = torch.Generator().manual_seed(2)
+    T, H, V, K, temp = 11, 8, 53, 5, 0.8
+    h0, w0 = torch.randn(T, H, generator=g), torch.randn(V, H, generator=g) * 0.3
+    tgt = torch.randint(0, V, (T, K), generator=g)
+    tgt[:, 2] = tgt[:, 0]
+    coef = torch.randn(T, K, generator=g)
+    out = []
+    for mode in ("full", "chunked"):
+        h, w = h0.clone().requires_grad_(), w0.clone().requires_grad_()
+        if mode == "full":
+            lp = torch.log_softmax((h @ w.T) / temp, -1).gather(-1, tgt)
+        else:
+            lp, _ = selective_logprobs(h, w, tgt, temp, chunk)
+        (lp * coef).sum().backward()
+        out.append((lp.detach(), h.grad, w.grad))
+    assert out[1][0].shape == (T, K)
+    for a, b in zip(*out):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert selective_logprobs(h0[:0], w0, tgt[:0], 1.0, chunk)[0].shape == (0, K)
+
+
 def test_kl_to_pi_old_and_ratio_max():
     logp, old, adv, mask = setup()
     _, m = policy_loss(logp, old, adv, mask, LossConfig(tis_cap=None))

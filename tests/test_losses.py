@@ -197,7 +197,7 @@ def test_a_new_extra_loss_plugs_in_with_a_payload(tiny, monkeypatch):
 
     seen = []
 
-    def weighted_nll(logp, mask, tokens_total, payload):
+    def weighted_nll(logp, mask, tokens_total, payload, **totals):
         w = payload["w"]                                          # [N, L, 2]
         seen.append(tuple(w.shape))
         loss = -(logp * mask * w[..., 0]).sum() / tokens_total

@@ -42,7 +42,10 @@ def test_every_key_is_accounted_for_and_the_port_loads(name, tmp_path):
     assert all(why == ISSUE_23 for _, why in port.pending.values())
     assert cfg.model.path == "/efs/rlvr-experiments/assets/hf/Qwen3-1.7B-Base"
     check(cfg)
-    assert cfg.dapo.dynamic_sampling is True and cfg.dapo.overlong_buffer == 0 and cfg.dapo.max_extra_rounds == 0
+    if cfg.train.distill.only:   # their GKD / OPSD entry points: no RL loss, none of its defaults
+        assert not cfg.dapo.dynamic_sampling
+    else:
+        assert cfg.dapo.dynamic_sampling is True and cfg.dapo.overlong_buffer == 0 and cfg.dapo.max_extra_rounds == 0
     if "allenai" in name:   # their allenai_rlvr is rlvr's allenai; their rewrite of its GSM8K prompts is not ported
         assert cfg.data.dataset == "allenai" and not port.warnings
         assert any(e.their == "(their default) allenai_rlvr prompts" and e.kind == "unmapped" for e in port.entries)
@@ -100,7 +103,21 @@ def test_gkd_and_the_switch_to_issue_23_keys(tmp_path):
     assert not every.pending and not every.warnings
     assert every.config["teacher"] == {"top_k": 20, "chat": True, "model": "/efs/rlvr-experiments/assets/hf/Qwen3-4B",
                                        "num_engines": 1}
-    assert every.config["train"]["distill"] == {"weight": 1.0, "loss": "jsd", "jsd_beta": 0.1, "only_incorrect": False}
+    assert every.config["train"]["distill"] == {"weight": 1.0, "only": True, "loss": "jsd", "jsd_beta": 0.1,
+                                                "only_incorrect": False}
+    assert "dapo" not in every.config            # distillation alone: none of the RL loss's defaults
+    # their self-distillation (no teacher role): the policy under their privileged GSM8K prompt,
+    # only the imperfect completions (their default), their default top-k KL
+    opsd = their(name)
+    opsd["roles"] = [r for r in opsd["roles"] if r["name"] != "teacher"]
+    for k in ("discard_perfect_completions", "opsd_loss_type"):
+        del opsd["training"][k]
+    self_port = port_config(opsd)
+    assert self_port.config["teacher"]["model"] == "policy" and "{answer}" in self_port.config["teacher"]["template"]
+    assert self_port.config["train"]["distill"]["only_incorrect"] is True
+    assert self_port.config["train"]["distill"]["loss"] == "kl"
+    (tmp_path / "opsd.yaml").write_text(self_port.yaml())
+    check(load_config(TrainConfig, str(tmp_path / "opsd.yaml"), []))
     stale = port_config(their("qwen3-1.7B-gsm8k-dapo-lr5e6-stale2.yaml"), accepted=lambda key: True)
     assert stale.config["sync"]["every_steps"] == 2 and stale.config["train"]["loss"]["ratio_to"] == "engine"
     assert stale.config["train"]["loss"]["tis_cap"] is None and stale.config["train"]["adv_std"] == "population"

@@ -1,5 +1,5 @@
 """Data-parallel FSDP trainer ranks (gloo on CPU): two ranks compute the same gradient as one
-process on the whole batch (an SFT loss beside it included; gradients accumulated over
+process on the whole batch (an SFT and a distillation loss beside it included; gradients accumulated over
 micro-batches without a reduce in between), a two-rank checkpoint is a plain Hugging Face folder,
 and in bf16 one rank computes the same log-probs as two (logprob/engine_vs_trainer_abs_diff is
 the same for 1 and 2 ranks)."""
@@ -25,7 +25,13 @@ ADV = [1.0, -0.5, 0.25, 0.7, -1.0]
 def batch():
     # the SFT sequences split over the same three mini-batches and both ranks
     sft = ExtraBatch(PROMPTS[:0:-1], COMPS[:0:-1], weight=0.5, micro_batch_size=4)   # rank 1 has none in two
-    return Batch(PROMPTS, COMPS, ADV, None, None, extras={"sft": sft})
+    # a teacher's top 3 at each position of four completions (rlvr.losses.distill_loss), split alike
+    top = [[[(7 * i + 5 * t + k) % 300 for k in range(3)] for t in range(len(c))] for i, c in enumerate(COMPS[1:])]
+    lps = [[[-0.7, -1.2, -1.6]] * len(c) for c in COMPS[1:]]
+    distill = ExtraBatch(PROMPTS[1:], COMPS[1:], weight=0.3, micro_batch_size=1, options={"loss": "jsd", "beta": 0.5},
+                         payload={"target_ids": top, "teacher_logprobs": lps,
+                                  "teacher_token_logprobs": [[-1.0] * len(c) for c in COMPS[1:]]})
+    return Batch(PROMPTS, COMPS, ADV, None, None, extras={"sft": sft, "distill": distill})
 
 
 # a length mix for the bf16 comparison

@@ -19,6 +19,9 @@ HELP = with_examples(
     train.max_staleness bounds how off-policy a rollout may be (0 = synchronous). An sft
     section adds a supervised loss on {prompt, completion} records (rlvr-select writes them)
     to the RL loss; sft.only trains on them alone through the same trainer, with no engines.
+    A teacher section with train.distill distils a teacher's top-k log-probs of the policy's
+    own completions: GKD alone (train.distill.only), beside GRPO, or from the policy itself
+    under a privileged prompt (teacher.model policy: on-policy self-distillation).
 
     CONFIG is a YAML file (see configs/; every key and default is documented in
     rlvr/train/config.py); --set section.key=value overrides it. Without CONFIG the tiny CPU
@@ -76,6 +79,7 @@ rlvr-train --resume results/tiny-cpu_20261122-101500
 WANDB_MODE=offline rlvr-train configs/tiny-cpu.yaml --tracker wandb --tracker tensorboard
 RLVR_RUN_DIR=/scratch/run1 rlvr-train configs/qwen3-1.7B-math.yaml
 rlvr-train configs/tiny-cpu.yaml --print-config                 # the resolved config, then exit
+rlvr-train configs/qwen3-1.7B-gsm8k-opsd.yaml                    # on-policy self-distillation
 rlvr-train configs/qwen3-1.7B-gsm8k-sft-only.yaml --set sft.data=s3://bucket/sft/gsm8k_hard.jsonl
 rlvr-train configs/tiny-cpu.yaml --ablate sync.mode=between_rounds,in_flight \
     --ablate train.max_staleness=0,1,2,4 --seeds 3 --run-dir results/staleness   # 24 runs; rerun to resume

@@ -84,7 +84,7 @@ def load_records(name: str, split: str | None = None, source: str | None = None,
                  shots: int = 0, chat: bool = False, fewshot_source: str | None = None,
                  chat_options: ChatOptions | None = None, kinds: list[str] | None = None,
                  filters: dict | None = None, stop: list[str] | None = None, max_tokens: int | None = None,
-                 assistant_prefix: str | None = None) -> list[dict]:
+                 assistant_prefix: str | None = None, keep_question: bool = False) -> list[dict]:
     """Prompt records of a dataset, in the dataset's own order. chat_options: a system
     prompt, the thinking switch and a chat template file (rlvr.data.templates). kinds: for
     a dataset whose rows name their own verifier (allenai), only rows of these kinds.
@@ -92,7 +92,9 @@ def load_records(name: str, split: str | None = None, source: str | None = None,
     template: a template name or a format string ("Q: {question}\nA:"); filters: {field:
     values} (rlvr.data.filters); stop and max_tokens: written into every record (stop
     strings join the dataset's own); assistant_prefix: text the answer starts with,
-    appended to the prompt (chat prompts: a final assistant message the model continues)."""
+    appended to the prompt (chat prompts: a final assistant message the model continues);
+    keep_question: with the task text the template wrapped (`question`; a distillation
+    teacher's prompt may use it)."""
     from rlvr.data import filters as rowfilters
     from rlvr.data.templates import check_format, is_format
 
@@ -158,7 +160,7 @@ def load_records(name: str, split: str | None = None, source: str | None = None,
             else:
                 rec["prompt"].append({"role": "assistant", "content": assistant_prefix})
         apply_chat_fields(rec, opts)
-        for k in [k for k in rec if k.startswith("_") or k == "question"]:
+        for k in [k for k in rec if k.startswith("_") or (k == "question" and not keep_question)]:
             del rec[k]
         if stop:
             rec["stop"] = list(dict.fromkeys([*(rec.get("stop") or []), *stop]))

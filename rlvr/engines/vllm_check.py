@@ -36,10 +36,10 @@ ATTRIBUTES = (
 ENGINE_ARGS = ("model", "tokenizer", "dtype", "tensor_parallel_size", "gpu_memory_utilization", "max_model_len",
                "seed", "enforce_eager", "generation_config", "worker_extension_cls", "logprobs_mode",
                "kv_cache_memory_bytes", "enable_chunked_prefill", "max_num_batched_tokens",
-               "distributed_executor_backend")
+               "distributed_executor_backend", "max_logprobs")
 SAMPLING_FIELDS = ("n", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
                    "frequency_penalty", "max_tokens", "stop", "seed", "logprobs", "detokenize",
-                   "skip_special_tokens", "output_kind")
+                   "skip_special_tokens", "output_kind", "prompt_logprobs", "flat_logprobs")
 
 
 def missing() -> list[str]:

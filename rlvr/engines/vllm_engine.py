@@ -46,7 +46,7 @@ import os
 from typing import Any
 
 from rlvr.engines import checkpoint
-from rlvr.engines.base import (Engine, EngineError, EngineOptions, PromptIds, Result, Sample, Sampling, Weights,
+from rlvr.engines.base import (Engine, EngineError, EngineOptions, PromptIds, Result, Sample, Sampling, TopK, Weights,
                                load_tokenizer, untouched)
 from rlvr.engines.weights import check_weights, named_tensors, unshared
 
@@ -162,6 +162,8 @@ class VLLMEngine(Engine):
             # vLLM's weight-transfer API (rlvr.engines.transfer): NCCL on CUDA, gloo on CPU;
             # nothing is set up until a trainer's group is joined (init_weight_transfer).
             kw["weight_transfer_config"] = {"backend": "rlvr_gloo" if on_cpu else "nccl"}
+        if options.max_logprobs is not None:
+            kw["max_logprobs"] = int(options.max_logprobs)
         if options.kv_cache_gib is not None:
             kw["kv_cache_memory_bytes"] = int(options.kv_cache_gib * 2**30)
         elif on_cpu and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
@@ -289,6 +291,50 @@ class VLLMEngine(Engine):
             except Exception:  # noqa: BLE001 - best effort on the way out
                 pass
 
+    # --- scoring ---------------------------------------------------------------------------
+
+    def _score(self, prompts: list[PromptIds], completions: list[PromptIds], top_k: int) -> TopK:
+        """Each prompt + completion as one request for its prompt log-probs (``prompt_logprobs``,
+        one token generated and dropped), in vLLM's flat form: per position the given token's
+        log-prob, then the top-k, read straight into arrays. vLLM computes prompt log-probs
+        from the model's own distribution, skips its prefix cache for them, and runs them in
+        the engine's batches like any request."""
+        import numpy as np
+        from vllm import SamplingParams
+        from vllm.inputs import tokens_input
+        from vllm.sampling_params import RequestOutputKind
+
+        params = SamplingParams(n=1, temperature=0.0, max_tokens=1, prompt_logprobs=top_k, flat_logprobs=True,
+                                detokenize=False, output_kind=RequestOutputKind.FINAL_ONLY)
+        eng = self.llm.llm_engine
+        todo: dict[str, int] = {}
+        parts: list = [None] * len(prompts)
+        try:
+            for i, (p, c) in enumerate(zip(prompts, completions)):
+                self._counter += 1
+                rid = f"rlvr-score-{self._counter}"
+                try:
+                    eng.add_request(rid, tokens_input(p + c), params)
+                except Exception as e:  # noqa: BLE001 - vLLM's validation errors (e.g. top_k over max_logprobs)
+                    hint = " (a top_k above 20 needs EngineOptions.max_logprobs)" if top_k > 20 else ""
+                    raise EngineError(f"vLLM refused a scoring request: {e}{hint}") from None
+                todo[rid] = i
+            while todo:
+                if not eng.has_unfinished_requests():
+                    raise EngineError(f"vLLM dropped {len(todo)} scoring request(s)")
+                for out in eng.step():
+                    i = todo.pop(out.request_id, None) if out.finished else None
+                    if i is not None:
+                        parts[i] = _prompt_topk(out.prompt_logprobs, len(prompts[i]), completions[i], top_k, np)
+        except BaseException:
+            if todo:
+                try:
+                    eng.abort_request(list(todo))
+                except Exception:  # noqa: BLE001 - best effort on the way out
+                    pass
+            raise
+        return TopK.join(parts, top_k)
+
     # --- weights ---------------------------------------------------------------------------
 
     def _load_weights(self, weights: Weights, version: Any) -> None:
@@ -403,6 +449,31 @@ class VLLMEngine(Engine):
             core.shutdown()
         except Exception:  # noqa: BLE001 - closing is best effort
             pass
+
+
+def _prompt_topk(flat, prompt_len: int, completion: list[int], k: int, np):
+    """(ids [L, k], logprobs [L, k], token_logprobs [L]) of the completion's positions from a
+    request's flat prompt log-probs (vllm.logprobs.FlatLogprobs): position j holds the given
+    token's entry first, then the top k by rank."""
+    if flat is None or not hasattr(flat, "start_indices"):
+        raise EngineError("vLLM returned no flat prompt log-probs for a scoring request")
+    n = len(completion)
+    a, b = prompt_len, prompt_len + n
+    starts = np.asarray(flat.start_indices[a:b], dtype=np.int64)
+    ends = np.asarray(flat.end_indices[a:b], dtype=np.int64)
+    if len(starts) != n:
+        raise EngineError(f"vLLM returned prompt log-probs for {len(flat.start_indices)} positions, expected {b}")
+    if np.all(ends - starts == k + 1) and np.all(starts[1:] == ends[:-1]):
+        s0, s1 = int(starts[0]), int(ends[-1])                      # one contiguous [n, 1 + k] block
+        ids = np.asarray(flat.token_ids[s0:s1], dtype=np.int32).reshape(n, k + 1)
+        lps = np.asarray(flat.logprobs[s0:s1], dtype=np.float32).reshape(n, k + 1)
+        ranks = np.asarray(flat.ranks[s0:s1], dtype=np.int64).reshape(n, k + 1)[:, 1:]
+        if not (np.array_equal(ids[:, 0], np.asarray(completion, dtype=np.int32))
+                and np.array_equal(ranks, np.broadcast_to(np.arange(1, k + 1), ranks.shape))):
+            raise EngineError("vLLM's prompt log-probs do not follow the given tokens and ranks")
+        return ids[:, 1:], lps[:, 1:], lps[:, 0]
+    raise EngineError(f"vLLM returned an unexpected prompt log-prob layout (entries per position "
+                      f"{sorted(set((ends - starts).tolist()))}, expected {k + 1})")
 
 
 def _vllm_version() -> str:

@@ -251,6 +251,15 @@ class EngineActor:
     def max_model_len(self) -> int:
         return int(self.engine.max_model_len)
 
+    def score(self, prompts: list[list[int]], completions: list[list[int]], top_k: int):
+        """The model's top-k log-probs at each completion position (rlvr.engines.base.TopK:
+        numpy arrays), tagged with the weight version that scored them (a teacher's scores)."""
+        t0 = time.monotonic()
+        out = self._on_engine(lambda: self.engine.score(prompts, completions, top_k))
+        out.version = self.version
+        self.busy_s += time.monotonic() - t0
+        return out
+
     def update_weights(self, weights, version: int) -> float:
         t0 = time.monotonic()
         tensors = _arrays_to_tensors(weights)

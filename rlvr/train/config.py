@@ -155,6 +155,28 @@ class LossConfig:
 
 
 @dataclass
+class DistillConfig:
+    """Distillation to a teacher's top-k log-probs (the `teacher` section names the teacher): rlvr-train's
+    `train.distill` (rlvr/train/distill.py builds the batch, rlvr/losses.py computes the loss; docs/train.md)."""
+    weight: float = 0.0
+    """loss/total = loss/rl + weight x loss/distill; 0 = off (their alpha_gkd)."""
+    only: bool = False
+    """Train on the distillation loss alone (GKD, OPSD): no RL loss; rewards are still computed and traced."""
+    loss: str = "jsd"
+    """jsd (GKD's generalised Jensen-Shannon divergence with jsd_beta) or kl (forward KL(teacher || student))."""
+    jsd_beta: float = 0.5
+    """The JSD's mixture weight of the teacher, in (0, 1): m = beta teacher + (1 - beta) student (their jsd_alpha,
+    TRL's beta)."""
+    only_incorrect: bool = False
+    """Distil only the completions the verifier did not judge correct (their discard_perfect_completions)."""
+    temperature: float = 1.0
+    """Softmax temperature of both distributions in the loss."""
+    aggregate: str = "sequence"
+    """sequence (the mean over each completion's tokens, then over completions: theirs) or token (over all tokens:
+    TRL's)."""
+
+
+@dataclass
 class TrainerConfig:
     steps: int = 30
     lr: float = 1e-6
@@ -209,6 +231,8 @@ class TrainerConfig:
     ref_sync_every: int | None = None
     """Re-sync the KL reference (train.loss.beta > 0) to the current policy every N steps; null = the
     frozen initial policy. The reference lives in the trainer; kl/max in the trace."""
+    distill: DistillConfig = field(default_factory=DistillConfig)
+    """Distillation to the teacher section's teacher: weight, only, loss, jsd_beta, only_incorrect."""
     num_trainers: int = 1
     """Data-parallel trainer ranks (FSDP-sharded policy; NCCL on GPUs, gloo on CPUs); one GPU each on GPU clusters."""
     trainer_num_cpus: float = 1.0
@@ -380,6 +404,38 @@ class SftConfig:
     """Each pass is shuffled with (seed, pass)."""
 
 
+@dataclass
+class TeacherConfig:
+    """The teacher of train.distill (rlvr/train/distill.py; docs/train.md): a frozen model on engines of its own,
+    or the policy itself with a privileged prompt (on-policy self-distillation)."""
+
+    model: str | None = None
+    """A model folder, hub name or s3:// (its tokenizer must be the policy's), or `policy`: the policy itself,
+    scored on the rollout engines with their current weights (needs a template); null = no teacher."""
+    top_k: int = 20
+    """Log-probs the teacher returns per position (their teacher_top_k)."""
+    template: str | None = None
+    """The teacher's prompt, a format string with {prompt} (the student's prompt), {question}, {answer} (the
+    record's) and {feedback} (what the verifier found wrong with the completion); null = the student's prompt.
+    Literal braces are doubled."""
+    chat: bool = False
+    """Pass the teacher's prompt through the teacher tokenizer's chat template as one user message (an instruct
+    teacher; their teacher_use_chat_template)."""
+    engine: str | None = None
+    """vllm or hf; null = rollout.engine."""
+    num_engines: int = 1
+    tensor_parallel_size: int = 1
+    """GPUs per teacher engine (vLLM's tensor parallelism), each engine_num_gpus of them."""
+    max_model_len: int | None = None
+    """The teacher engines' context (teacher prompt + completion); null = rollout.max_model_len."""
+    dtype: str = "auto"
+    """As rollout.dtype."""
+    gpu_memory_utilization: float = 0.5
+    engine_num_cpus: float = 1.0
+    engine_num_gpus: float = 1.0
+    engine_resources: dict[str, float] = field(default_factory=dict)
+
+
 PRESETS = ("grpo", "dapo")
 COMPAT = ("none", "torchtitan")
 # The optimizer defaults a compat preset sets where the config leaves them null.
@@ -409,6 +465,8 @@ class TrainConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     """Validation inside training: benchmarks, every, before_training, limit, n (pass@k)."""
     sft: SftConfig = field(default_factory=SftConfig)
+    teacher: TeacherConfig = field(default_factory=TeacherConfig)
+    """The teacher of train.distill: model (or policy), top_k, template, chat, engines."""
     compat: str = "none"
     """none or torchtitan: the optimizer defaults of train's null options (torchtitan: weight decay 0.1,
     beta2 0.95, eps 1e-8; grad clip 1.0 either way), for configs ported from torchtitan-based code."""
@@ -525,7 +583,7 @@ def check(cfg: TrainConfig) -> list[str]:
     if r.top_p < 1.0 or r.top_k not in (-1, 0):
         warnings.append("rollout.top_p < 1 or top_k set: truncated sampling biases the importance ratio "
                         "(the trainer's log-probs are over the full vocabulary)")
-    if r.n < 2:
+    if r.n < 2 and not t.distill.only:
         warnings.append("rollout.n < 2: group-relative advantages are all zero")
     default = LossConfig()
     if t.mini_batches * t.epochs == 1 and t.loss.ratio_to == "trainer" and \
@@ -592,7 +650,9 @@ def _check_modes(cfg: TrainConfig) -> list[str]:
                 or (sft.epochs or 1) < 1:
             raise ConfigError("sft.weight must be > 0, sft.micro_batch_size >= 1, sft.batch_size, sft.max_tokens "
                               "and sft.epochs >= 1 (or null)")
-    warnings = []
+    from rlvr.train.distill import check_config as check_distill
+
+    warnings = check_distill(cfg)
     if sft.only and t.loss.beta > 0:
         warnings.append("train.loss.beta is the RL loss's KL weight: with sft.only it has no effect, and the trainer "
                         "still holds a reference model (set it to 0)")

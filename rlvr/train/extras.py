@@ -10,11 +10,12 @@ as the rank with the most (FSDP's collectives need all ranks): a rank with fewer
 ones. The loss of a micro-batch is normalised by its whole mini-batch's tokens, so the
 gradient does not depend on how the sequences are split.
 
-Log-probs are taken at temperature 1 (maximum likelihood of the model's own distribution, as
-SFT is defined), by the same forward pass as the RL loss's. A loss that needs more than the
-completion tokens' log-probs (a teacher's top-k: the student's log-probs at the teacher's ids)
-adds what it needs to its ExtraBatch's payload and a forward of its kind here, next to
-`_forward`'s call.
+Log-probs are taken at the ExtraBatch's temperature (1 unless the loss sets another: maximum
+likelihood of the model's own distribution, as SFT is defined), by the same forward pass as
+the RL loss's. A loss that needs the policy's log-probs at other ids too (a teacher's top-k)
+puts them in its payload as `target_ids` ([L_i, K] per sequence): the same forward pass
+then also gathers the log-probs at those ids, and the loss gets them as
+payload["target_logprobs"] [N, L, K].
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ class ExtraBatch:
     weight: float = 1.0                     # the loss's weight in loss/total
     micro_batch_size: int = 8               # sequences per forward/backward
     payload: dict[str, list] = field(default_factory=dict)   # name -> one array [L_i, ...] per sequence
+    temperature: float = 1.0                # of the policy's log-probs
+    options: dict = field(default_factory=dict)   # keyword arguments of the loss function
 
     def __len__(self) -> int:
         return len(self.prompt_ids)
@@ -53,17 +56,28 @@ def plan(shares: list[list[int]], size: int, rank: int) -> list[list[int]]:
     return per[rank] + [[] for _ in range(n - len(per[rank]))]
 
 
-def collate(rows: list, like: torch.Tensor) -> torch.Tensor:
+def collate(rows: list, like: torch.Tensor, example=None) -> torch.Tensor:
     """Per-sequence arrays [L_i, ...] (lists, numpy arrays or tensors) right-padded with zeros
-    into [N, L, ...] on like's device, where like is [N, L] (an empty micro-batch: all zeros)."""
+    into [N, L, ...] on like's device, where like is [N, L] (an empty micro-batch: all zeros,
+    shaped and typed like `example`, one sequence's array, when given)."""
     arrs = [torch.as_tensor(r) for r in rows]
     ref = next((a for a in arrs if a.numel()), None)
+    if ref is None and example is not None:
+        ref = torch.as_tensor(example)
     rest, dtype = (tuple(ref.shape[1:]), ref.dtype) if ref is not None else ((), like.dtype)
     out = torch.zeros((like.shape[0], like.shape[1], *rest), dtype=dtype)
     for j, a in enumerate(arrs):
         n = min(len(a), like.shape[1])
         out[j, :n] = a[:n]
     return out.to(like.device)
+
+
+def _shape(eb: ExtraBatch, part: list[int], device) -> torch.Tensor:
+    """A [N, L] placeholder of a micro-batch's completion shape, as the trainer pads it (an
+    empty micro-batch is one dummy sequence of one token)."""
+    n = max(1, len(part))
+    length = max([1, *(len(eb.completion_ids[i]) for i in part)])
+    return torch.empty((n, length), device=device)
 
 
 def backward(trainer, extras: dict[str, ExtraBatch], j: int, k: int, n_updates: int, acc: dict) -> None:
@@ -76,10 +90,16 @@ def backward(trainer, extras: dict[str, ExtraBatch], j: int, k: int, n_updates: 
         mini = split(len(eb), k)[j]
         shares = [mini[r::trainer.world] for r in range(trainer.world)]
         tokens_total = float(sum(len(eb.completion_ids[i]) for i in mini))
+        examples = {key: next((v for v in vals if len(v)), None) for key, vals in eb.payload.items()}
         for part in plan(shares, max(1, eb.micro_batch_size), trainer.rank):
-            logp, _, mask = trainer._forward(trainer.model, part, eb, with_entropy=False, temperature=1.0)
-            payload = {key: collate([vals[i] for i in part], logp) for key, vals in eb.payload.items()}
-            loss, m = fn(logp, mask, tokens_total, payload)
+            like = _shape(eb, part, trainer.device)
+            payload = {key: collate([vals[i] for i in part], like, examples[key]) for key, vals in eb.payload.items()}
+            target_ids = payload.get("target_ids")
+            logp, _, mask = trainer._forward(trainer.model, part, eb, with_entropy=False, temperature=eb.temperature,
+                                             extra_ids=target_ids)
+            if target_ids is not None:
+                logp, payload["target_logprobs"] = logp[..., 0], logp[..., 1:]       # [N, L], [N, L, K]
+            loss, m = fn(logp, mask, tokens_total, payload, sequences_total=len(mini), **eb.options)
             # normalised by the whole mini-batch, summed over ranks: FSDP averages, hence the factor
             trainer._backward(loss * (eb.weight * trainer.world))
             for key, v in m.items():

@@ -35,7 +35,7 @@ from rlvr.train.batch import Filled, Group, assemble, fill, verify
 from rlvr.train.config import TrainConfig, resolve_preset
 from rlvr.train.metrics import Faults, StepTimes, rollout_record, sample_record, step_metrics, unusable_record
 from rlvr.train.schedule import Round, Schedule
-from rlvr.train.trainer import merge_metrics
+from rlvr.train.trainer import Batch, merge_metrics
 
 
 def log(msg: str) -> None:
@@ -95,6 +95,7 @@ class Run:
         self.synced_version = 0                  # the version the engines hold (or will, once synced)
         self.trained_version = 0                 # the version the trainer holds
         self.sft = None                          # rlvr.train.sft.SftData with an `sft` section
+        self.distill = None                      # rlvr.train.distill.Distiller with train.distill.weight > 0
         self.pending_syncs: dict[int, object] = {}   # engine -> an update not yet confirmed (async mode)
         self.last_done: dict[int, float] = {}    # engine -> when it last delivered
         self.times = StepTimes()
@@ -207,6 +208,8 @@ class Run:
             seqs = -(-r.prompts_per_step // max(1, r.num_engines)) * r.n
         if seqs and r.engine == "vllm":
             opts["extra"] = {"max_num_seqs": seqs}
+        if self.cfg.teacher.model == "policy":   # the policy as its own teacher scores its top-k here (rlvr.train.distill)
+            opts["max_logprobs"] = max(20, self.cfg.teacher.top_k)
         return opts
 
     def _engine_resources(self) -> dict:
@@ -406,7 +409,9 @@ class Run:
             else:
                 log("no complete checkpoint to resume from: starting at step 0")
                 truncate_traces(self.run_dir, 0)
-        stream = None if cfg.sft.only else PromptStream(cfg.data, cfg.rollout)
+        from rlvr.train import distill
+
+        stream = None if cfg.sft.only else PromptStream(cfg.data, cfg.rollout, keep_question=distill.uses_question(cfg))
         update_manifest(self.run_dir, base_model=base.path, resumed_from_step=start_step if self.resume else None,
                         chat=stream.chat.manifest() if stream is not None else None)
         self.tokenizer = AutoTokenizer.from_pretrained(model.path)
@@ -414,6 +419,11 @@ class Run:
             from rlvr.train.sft import SftData, rl_prompts, vocab_size
 
             self.sft = SftData(cfg, self.tokenizer, rl_prompts(stream), vocab=vocab_size(model.path, self.tokenizer))
+        if distill.enabled(cfg):  # the teacher's tokenizer and templates are checked before Ray starts
+            from rlvr.train.sft import vocab_size
+
+            self.distill = distill.Distiller(cfg, self.tokenizer, stream, log,
+                                             vocab=vocab_size(model.path, self.tokenizer))
         # a chat prompt's completion also ends at the template's end-of-turn token (<|im_end|>),
         # which a base model's EOS (<|endoftext|>) is not
         self.end_of_turn = end_of_turn_ids(self.tokenizer)
@@ -459,6 +469,8 @@ class Run:
             raise ConfigError(f"rollout.max_tokens {cfg.rollout.max_tokens} leaves no room for a prompt in the "
                               f"engines' context ({self.max_prompt_len + cfg.rollout.max_tokens} tokens): raise "
                               "rollout.max_model_len or lower rollout.max_tokens")
+        if self.distill is not None:
+            self.distill.start(self)   # teacher engines (rlvr.train.distill)
         log(f"{len(self.engines)} engine(s) and the trainer ready in {time.monotonic() - t0:.1f}s")
         self.synced_version = start_step
         from rlvr.train import weight_sync
@@ -512,6 +524,8 @@ class Run:
             if self.validation is not None:
                 self.validation.close()
             end_manifest(self.run_dir, status, final_metrics=last, faults=self.faults.as_dict())
+            if self.distill is not None:
+                self.distill.close()
             self._shutdown()
             if uploader is not None:
                 uploader.submit(os.path.abspath(self.run_dir))  # the final traces and run.json
@@ -594,6 +608,8 @@ class Run:
                                    engines=len(self.engines), samples_total=samples,
                                    elapsed=time.monotonic() - t_start)
             metrics["sync/engine_version"] = float(self.synced_version)
+            if self.distill is not None:
+                metrics.update(self.distill.metrics)
             if self.sync_verified is not None:   # a broadcast: engines whose checksum equals the trainer's
                 metrics["sync/verified_engines"] = float(self.sync_verified)
             self._write(traces, metrics, filled.drawn, version)
@@ -650,6 +666,12 @@ class Run:
         sft = self.sft.batch(step) if self.sft is not None else None
         if sft is not None:
             a.batch.extras["sft"] = sft   # trained beside the RL loss (rlvr.losses)
+        if self.distill is not None:      # the teacher's scores of the completions (rlvr.train.distill)
+            eb = self.distill.batch(self, groups, step)
+            if t.distill.only:            # GKD, OPSD: no RL loss
+                a.batch = Batch([], [], [], [], [], extras=a.batch.extras)
+            if eb is not None:
+                a.batch.extras["distill"] = eb
         worst = max([*a.staleness, *a.token_lags], default=0)
         if worst > t.max_staleness:
             raise Failure(f"internal error: staleness {worst} > max_staleness {t.max_staleness} at step {step}")
@@ -660,7 +682,10 @@ class Run:
         for i, g in enumerate(groups):
             traces.rollout(rollout_record(g, version))
             if i < self.cfg.log.samples_per_step:
-                traces.sample(sample_record(g, version))
+                rec = sample_record(g, version)
+                if self.distill is not None and id(g) in self.distill.shown:
+                    rec["teacher_prompt"] = self.distill.shown[id(g)]   # what the teacher saw
+                traces.sample(rec)
         if self.cfg.log.stdout:
             from rlvr.records import dumps
 

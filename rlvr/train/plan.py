@@ -4,7 +4,7 @@
 makes the same plan at start-up, against the cluster it joined or started, and stops with
 the problems (exit 2) before it creates an actor:
 
-    {"actors": [{"role": "engine"|"trainer", "index", "gpus", "cpus", "est_peak_gib", ...}],
+    {"actors": [{"role": "engine"|"trainer"|"teacher", "index", "gpus", "cpus", "est_peak_gib", ...}],
      "sync": "nccl"|"gloo"|"object_store", "cluster": {...}, "fits": true|false,
      "problems": [...], "notes": [...], "model": {...}}
 
@@ -336,7 +336,7 @@ def cluster_for(cfg, gpus: int | None = None, gpu_mem_gib: float | None = None, 
 
 @dataclass
 class Actor:
-    role: str                 # engine | trainer
+    role: str                 # engine | trainer | teacher
     index: int
     gpus: float
     cpus: float
@@ -421,6 +421,10 @@ def requests(cfg, has_gpus: bool) -> list[Actor]:
                  dict(t.trainer_resources)) for k in range(max(1, t.num_trainers))]
     out += [Actor("engine", e, float(r.engine_num_gpus) * r.tensor_parallel_size if has_gpus else 0.0,
                   float(r.engine_num_cpus), dict(r.engine_resources)) for e in range(r.num_engines)]
+    te = cfg.teacher   # a distillation teacher on engines of its own (rlvr.train.distill; its memory is not estimated)
+    if t.distill.weight > 0 and te.model not in (None, "policy"):
+        out += [Actor("teacher", e, float(te.engine_num_gpus) * te.tensor_parallel_size if has_gpus else 0.0,
+                      float(te.engine_num_cpus), dict(te.engine_resources)) for e in range(te.num_engines)]
     return out
 
 
@@ -515,7 +519,7 @@ def make_plan(cfg, cluster: Cluster, shape: ModelShape | None) -> dict:
         if shape is not None and a.role == "trainer":
             d["est_peak_gib"] = tmem["est_peak_gib"] if has_gpus else None
             d["memory"] = tmem
-        elif shape is not None:
+        elif shape is not None and a.role == "engine":
             em = engine_memory(shape, fraction, node.gpu_mem_gib if node and has_gpus else None, eb,
                                r.tensor_parallel_size)
             d["est_peak_gib"] = em["est_peak_gib"]

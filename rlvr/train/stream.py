@@ -37,7 +37,7 @@ def per_dataset_options(dcfg, rollout, name: str, names: list[str]) -> dict:
 
 
 class PromptStream:
-    def __init__(self, dcfg, rollout=None):
+    def __init__(self, dcfg, rollout=None, keep_question: bool = False):
         self.cfg = dcfg
         names = [dcfg.dataset] if dcfg.dataset else list(dcfg.mix or {})
         src = dcfg.source or {}
@@ -51,7 +51,8 @@ class PromptStream:
             raise ConfigError(f"data: {e}") from None
         self.by_name = {n: load_records(n, split=dcfg.split, source=src.get(n), shots=dcfg.shots, chat=dcfg.chat,
                                         chat_options=chat, kinds=dcfg.kinds if n == "allenai" else None,
-                                        **per_dataset_options(dcfg, rollout, n, names)) for n in names}
+                                        keep_question=keep_question, **per_dataset_options(dcfg, rollout, n, names))
+                        for n in names}
         for n, recs in self.by_name.items():
             if dcfg.limit is not None:
                 self.by_name[n] = recs[:dcfg.limit]

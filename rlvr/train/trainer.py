@@ -253,13 +253,18 @@ class PolicyTrainer:
             return None
         return head
 
-    def _logprobs(self, model, prompts, comps, with_entropy=False, temperature: float | None = None):
+    def _logprobs(self, model, prompts, comps, with_entropy=False, temperature: float | None = None,
+                  extra_ids: torch.Tensor | None = None):
         """-> (logp [N, L], entropy [N, L] detached or None, mask [N, L]) of the completions, at
-        the sampling temperature unless `temperature` is given."""
+        the sampling temperature unless `temperature` is given. extra_ids [N, L, K]: also the
+        log-probs of these ids at each position (a teacher's top-k), logp then [N, L, 1 + K]
+        with the completion's own token first."""
         temperature = self.temperature if temperature is None else temperature
         if self.cfg.packing:
-            return self._logprobs_packed(model, prompts, comps, with_entropy, temperature)
+            return self._logprobs_packed(model, prompts, comps, with_entropy, temperature, extra_ids)
         ids, attn, pos, targets, cmask, L = self._collate(prompts, comps)
+        if extra_ids is not None:
+            targets = torch.cat([targets.unsqueeze(-1), extra_ids[:, :L].to(targets.dtype).cpu()], -1)  # [N, L, 1+K]
         dev = self.device
         targets, cmask = targets.to(dev), cmask.to(dev)
         head = self._head(model)
@@ -284,7 +289,8 @@ class PolicyTrainer:
             if head is not None:
                 del head.forward                                                 # back to nn.Linear.forward
         if head is not None:
-            logp = torch.zeros_like(cmask).masked_scatter(sel, out.logits)      # [N, L]
+            where = sel.unsqueeze(-1).expand_as(targets) if targets.dim() == 3 else sel
+            logp = torch.zeros(targets.shape, dtype=cmask.dtype, device=dev).masked_scatter(where, out.logits)
             ent = torch.zeros_like(cmask).masked_scatter(sel, ents[0]) if with_entropy else None
             return logp, ent, cmask
         # The reference path (train.logprob_chunk_size 0): [N, L, V] logits, in fp32 before the
@@ -294,9 +300,10 @@ class PolicyTrainer:
         logp, ent = token_logprobs(logits, targets, with_entropy=with_entropy)  # [N, L]
         return logp, ent, cmask
 
-    def _logprobs_packed(self, model, prompts, comps, with_entropy=False, temperature: float | None = None):
+    def _logprobs_packed(self, model, prompts, comps, with_entropy=False, temperature: float | None = None,
+                         extra_ids: torch.Tensor | None = None):
         """_logprobs on one padding-free row (train.packing, rlvr.train.packing): the same
-        values in the same [N, L] layout; only real tokens are computed."""
+        values in the same [N, L(, 1 + K)] layout; only real tokens are computed."""
         from rlvr.train.packing import forward_kwargs, pack, packed_attention
 
         temperature = self.temperature if temperature is None else temperature
@@ -304,6 +311,8 @@ class PolicyTrainer:
         dev = self.device
         cmask, targets = p.cmask.to(dev), p.targets.to(dev)
         sel = cmask.bool()                                                       # [N, L]
+        if extra_ids is not None:   # the real tokens' rows, in the packed (row-major) order: [T_c, 1+K]
+            targets = torch.cat([targets.unsqueeze(-1), extra_ids[:, :sel.shape[1]].to(dev, targets.dtype)[sel]], -1)
         head = self._head(model)
         ents = []
         if head is not None:
@@ -324,7 +333,8 @@ class PolicyTrainer:
             lp, ent = out.logits, (ents[0] if with_entropy else None)
         else:
             lp, ent = token_logprobs(out.logits[0].float() / temperature, targets, with_entropy=with_entropy)
-        logp = torch.zeros_like(cmask).masked_scatter(sel, lp)                  # [N, L]
+        where = sel.unsqueeze(-1).expand(*sel.shape, targets.shape[1]) if targets.dim() == 2 else sel
+        logp = torch.zeros(where.shape, dtype=cmask.dtype, device=dev).masked_scatter(where, lp)   # [N, L(, 1+K)]
         return logp, (torch.zeros_like(cmask).masked_scatter(sel, ent) if with_entropy else None), cmask
 
     # -- one optimizer step ----------------------------------------------------------------
@@ -367,11 +377,12 @@ class PolicyTrainer:
         mine = per_rank[self.rank]
         return mine + [[] for _ in range(n - len(mine))]
 
-    def _forward(self, model, part: list[int], batch: Batch, with_entropy: bool, temperature: float | None = None):
+    def _forward(self, model, part: list[int], batch: Batch, with_entropy: bool, temperature: float | None = None,
+                 extra_ids: torch.Tensor | None = None):
         prompts = [batch.prompt_ids[i] for i in part] or [[self.pad_id]]
         comps = [batch.completion_ids[i] for i in part] or [[self.pad_id]]
         logp, ent, mask = self._logprobs(model, prompts, comps, with_entropy=with_entropy,
-                                         temperature=temperature)   # [n, L]
+                                         temperature=temperature, extra_ids=extra_ids)   # [n, L(, 1+K)]
         if not part:
             mask = torch.zeros_like(mask)
         return logp, ent, mask
