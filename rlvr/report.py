@@ -43,13 +43,13 @@ PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
 # (title, candidate metric names: the first a run has is drawn)
 TRAINING = (
     ("reward", ("reward/mean",)),
-    ("KL to the reference", ("kl", "loss/kl")),
+    ("KL to the reference", ("loss/kl",)),
     ("entropy", ("entropy",)),
     ("completion length (tokens)", ("completions/mean_length",)),
     ("share of all-correct groups", ("reward/frac_all_correct",)),
     ("share of all-wrong groups", ("reward/frac_all_wrong",)),
     ("share of groups with equal rewards", ("reward/frac_zero_std",)),
-    ("staleness (policy versions)", ("staleness/mean",)),
+    ("staleness (policy versions)", ("staleness/token_mean", "staleness/mean")),
     ("truncated completions", ("completions/clipped_ratio",)),
     ("step time (s)", ("time/step_s",)),
     ("samples/s", ("throughput/samples_per_s",)),
@@ -157,7 +157,7 @@ def read_trace(path: str, max_points: int = MAX_POINTS) -> TraceData:
             td.last_rewards.append(_num(row.get("reward/mean")))
             td.drawn += _num(row.get("sampling/groups_drawn")) or 0.0
             td.filtered += _num(row.get("sampling/groups_filtered")) or 0.0
-            if (v := _num(row.get("staleness/mean"))) is not None:
+            if (v := _num(row.get("staleness/token_mean", row.get("staleness/mean")))) is not None:
                 td.staleness_sum += v
                 td.staleness_n += 1
             td.samples = _num(row.get("samples/total")) if "samples/total" in row else td.samples

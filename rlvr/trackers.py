@@ -42,6 +42,7 @@ import re
 import secrets
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable
 
 from rlvr.records import loads, write_json
@@ -178,9 +179,18 @@ class MLflow(Tracker):
             uri = "file:" + os.path.join(os.path.dirname(os.path.abspath(run_dir)), "mlruns")
         return uri
 
+    @staticmethod
+    def is_file_store(uri: str) -> bool:
+        """A local folder (file:..., a path); not a server, a database or Databricks ("databricks",
+        "databricks-uc", "databricks://PROFILE"), which MLflow names without "://"."""
+        if uri.split(":", 1)[0].split("://", 1)[0] in ("databricks", "databricks-uc", "uc"):
+            return False
+        scheme = urllib.parse.urlparse(uri).scheme
+        return scheme in ("", "file")
+
     def start(self, run_dir, run_name, config, manifest, state, start_step):
         uri = self.tracking_uri(run_dir)
-        self.file_store = uri.startswith("file:") or "://" not in uri
+        self.file_store = self.is_file_store(uri)
         if self.file_store:
             # a local folder: MLflow 3 keeps its file store but asks to be told so
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")

@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from helpers import invoke
-from rlvr.report import PALETTE, read_trace, step_of
+from rlvr.report import PALETTE, TRAINING, read_trace, step_of
 
 
 def make_run(root, name, steps=40, speed=10.0, spike_at=None, evals=True):
@@ -25,7 +25,7 @@ def make_run(root, name, steps=40, speed=10.0, spike_at=None, evals=True):
         for s in range(1, steps + 1):
             r = 1 - math.exp(-s / speed)
             fh.write(orjson.dumps({
-                "step": s, "policy_version": s, "reward/mean": 100.0 if s == spike_at else r, "kl": 0.01 * s,
+                "step": s, "policy_version": s, "reward/mean": 100.0 if s == spike_at else r, "kl": 0.0, "loss/kl": 0.01 * s,
                 "entropy": 2 - s / steps, "completions/mean_length": 50 + s, "reward/frac_all_correct": r / 2,
                 "reward/frac_all_wrong": (1 - r) / 2, "staleness/mean": 1.0 if s % 2 else 0.0, "time/step_s": float(s),
                 "sampling/groups_drawn": 8, "sampling/groups_filtered": 2, "samples/total": 32.0 * s,
@@ -69,6 +69,20 @@ def test_a_long_trace_is_downsampled_but_keeps_its_spike_and_exact_statistics(tm
     assert (12345.0, 100.0) in pts                       # a spike survives downsampling
     assert pts[-1][0] == 20000                           # and the last step
     assert td.steps == 20000 and statistics_ok(td)
+
+
+def test_the_charts_draw_the_reference_kl_and_token_staleness(tmp_path):
+    """"KL to the reference" is loss/kl (the trace's "kl" is the size of each update, pi_old to
+    pi, 0 with one update per batch); staleness is counted per token where the trace has it."""
+    charts = dict(TRAINING)
+    assert charts["KL to the reference"] == ("loss/kl",)
+    assert charts["staleness (policy versions)"][0] == "staleness/token_mean"
+    p = tmp_path / "trace.jsonl"
+    p.write_bytes(b"".join(orjson.dumps({"step": s, "reward/mean": 0.5, "kl": 0.0, "loss/kl": 0.1 * s,
+                                         "staleness/mean": 1.0, "staleness/token_mean": 0.25}) + b"\n"
+                           for s in (1, 2)))
+    td = read_trace(str(p))
+    assert td.staleness_sum / td.staleness_n == 0.25 and td.series["loss/kl"] == [(1.0, 0.1), (2.0, 0.2)]
 
 
 def statistics_ok(td) -> bool:

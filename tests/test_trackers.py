@@ -156,6 +156,11 @@ def test_pure_helpers():
     assert mlflow_name("val/toy/pass@4") == "val/toy/pass_4"
     # a folder store keeps a metric in a file at its name's path: kl and kl/max cannot both be paths
     assert mlflow_name("kl/max", file_store=True) == "kl.max" and mlflow_name("kl", file_store=True) == "kl"
+    from rlvr.trackers import MLflow
+
+    assert [MLflow.is_file_store(u) for u in ("file:/x/mlruns", "/x/mlruns", "mlruns", "./m")] == [True] * 4
+    assert not any(MLflow.is_file_store(u) for u in ("databricks", "databricks://prof", "databricks-uc",
+                                                      "http://h:5000", "sqlite:///m.db", "postgresql://u@h/db"))
 
 
 def test_tensorboard_event_reader_reads_back(tmp_path):
