@@ -206,6 +206,8 @@ def test_the_users_mixture_form_maps_onto_mix_and_order(tmp_path):
      "data.datasets[1].level: rlvr has no per-dataset level"),
     ("  dataset: mixed\n  datasets:\n    - {name: gsm8k, split: train}\n    - {name: math, split: test}\n",
      "one split for every dataset of a mixture"),
+    ("  dataset: mixed\n  datasets:\n    - {name: gsm8k}\n    - {name: mbpp, split: test}\n",
+     "data.datasets: mbpp: test but no split for gsm8k"),
     ("  dataset: mixed\n  datasets: []\n", "data.datasets: expected a non-empty list"),
     ("  dataset: mixed\n  datasets:\n    - {name: gsm8k, weight: -1}\n", "data.datasets[0].weight: expected a positive"),
 ])

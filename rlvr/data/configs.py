@@ -81,6 +81,13 @@ def data_section(data: dict, where: str = "data") -> dict:
         if extra:
             problems.append(f"{w}.{extra[0]}: rlvr has no per-dataset {extra[0]} (a dataset of a mixture takes "
                             f"{', '.join(ENTRY_KEYS)}; filter the rows into a file and pass it as data.source)")
+    # a dataset without a split trains on data.split (train by default): the others must agree
+    if splits and len(splits) < len(mix) and set(splits.values()) != {out.get("split") or "train"}:
+        missing = [n for n in mix if n not in splits]
+        problems.append(f"{where}.datasets: {', '.join(f'{n}: {s}' for n, s in splits.items())} but no split for "
+                        f"{', '.join(missing)}: one split for every dataset of a mixture in rlvr (data.split); give "
+                        "each dataset the same split, or train on the others' rows from a file (data.source)")
+        splits = {}
     if len(set(splits.values())) > 1:
         problems.append(f"{where}.datasets: one split for every dataset of a mixture in rlvr (data.split), not "
                         + ", ".join(f"{n}: {s}" for n, s in splits.items()))
