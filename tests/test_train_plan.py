@@ -80,6 +80,18 @@ def test_plan_of_the_shipped_8_gpu_layout_fits_an_h100_node(qwen_dir):
     assert p["model"]["parameters"] == qwen().params
 
 
+@pytest.mark.parametrize("name", ["qwen3-1.7B-gsm8k-grpo-sft.yaml", "qwen3-1.7B-gsm8k-gkd.yaml",
+                                  "qwen3-1.7B-gsm8k-grpo-gkd.yaml", "qwen3-1.7B-gsm8k-opsd.yaml",
+                                  "qwen3-1.7B-math.yaml", "qwen3-1.7B-mix.yaml"])
+def test_shipped_8_gpu_configs_keep_every_gpu_busy_and_vllms_eager_choice(qwen_dir, name):
+    cfg = load_config(TrainConfig, os.path.join(REPO, "configs", name), [f"model.path={qwen_dir}"])
+    assert cfg.rollout.enforce_eager is None                 # vLLM's own choice: CUDA graphs on GPUs
+    p = make_plan(cfg, Cluster([Node(32, 8, 80.0, "n")], "planned"), qwen())
+    assert p["fits"], p["problems"]
+    assert sorted(g for a in p["actors"] for g in a["gpu_ids"]) == list(range(8))   # one GPU each, none idle
+    assert p["trainers_together"] and cfg.train.num_trainers > 1
+
+
 def test_plan_refuses_more_gpus_than_there_are_and_says_so_on_stderr(qwen_dir):
     r = invoke("rlvr-train", [GSM8K, "--set", f"model.path={qwen_dir}", "--plan", "--gpus", "4",
                               "--gpu-mem-gib", "80", "--cpus", "32"])
