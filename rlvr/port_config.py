@@ -320,7 +320,6 @@ IMPLIED: dict[str, str] = {
     "roles.trainer.config.trainable": "the trainer trains",
     "roles.trainer.config.optimizer.name": "rlvr's optimizer is AdamW",
     "roles.trainer.config.training.mixed_precision_param": "rlvr computes in train.dtype over float32 master weights",
-    "roles.trainer.config.training.mixed_precision_reduce": "rlvr reduces gradients in float32",
     "roles.trainer.config.training.seq_len": "sequences are at most rollout.max_model_len tokens",
     "roles.trainer.config.parallelism.context_parallel_degree": "no context parallelism (1)",
     "roles.trainer.config.parallelism.disable_loss_parallel": "no loss parallelism",
@@ -626,6 +625,14 @@ def _trainer(p: Port) -> None:
     if mode is not None:
         p.map(tr + "activation_checkpoint.mode", {"train.gradient_checkpointing": mode not in ("none", None)},
               value=mode)
+    reduce = p.get(tr + "training.mixed_precision_reduce")
+    if reduce is not None:   # FSDP's gradient reduce-scatter dtype (their torchtitan's default: float32)
+        if str(reduce) in ("float32", "bfloat16"):
+            p.map(tr + "training.mixed_precision_reduce", {"train.grad_reduce_dtype": str(reduce)},
+                  "the dtype FSDP ranks reduce-scatter gradients in", reduce)
+        else:
+            p.unmap(tr + "training.mixed_precision_reduce", "rlvr's FSDP ranks reduce gradients in float32 or "
+                    "bfloat16 (train.grad_reduce_dtype)", reduce)
     for role in _role_names(p):
         lpm = (_role(p, role).get("config") or {}).get("logprobs_mode")
         if lpm is not None:

@@ -220,3 +220,25 @@ def test_what_the_mixture_form_cannot_say_in_rlvr_is_one_line_with_rlvrs_form(tm
     assert msg.startswith(f"{f}: ") and says in msg and "\n" not in msg
     if "level" in says or "sequential" in says:
         assert "rlvr's form of the rest: data: {" in msg and "mix: {gsm8k: " in msg
+
+
+def test_the_teacher_example_in_docs_shows_the_defaults():
+    """docs/train.md's teacher / train.distill example: every value the default, except the two
+    that turn distillation on."""
+    import dataclasses
+    import re
+
+    import yaml
+
+    with open(os.path.join(REPO, "docs", "train.md")) as fh:
+        doc = fh.read()
+    section = doc[doc.index("## Distillation from a teacher"):]
+    example = yaml.safe_load(re.search(r"```yaml\n(.*?)```", section, re.S).group(1))
+    cfg = TrainConfig()
+    on = {("teacher", "model"), ("distill", "weight")}
+    shown = [("teacher", cfg.teacher, example["teacher"]), ("distill", cfg.train.distill, example["train"]["distill"])]
+    for section_name, defaults, values in shown:
+        assert set(values) <= {f.name for f in dataclasses.fields(defaults)}, values
+        for key, value in values.items():
+            if (section_name, key) not in on:
+                assert value == getattr(defaults, key), (section_name, key, value)

@@ -72,6 +72,24 @@ def test_gsm8k_dapo_with_staleness(tmp_path):
     assert port.pending.get("train.adam_eps", (None,))[0] == 1e-4 or cfg.train.adam_eps == 1e-4
 
 
+def test_their_gradient_reduce_dtype_is_train_grad_reduce_dtype(tmp_path):
+    name = "qwen3-1.7B-gsm8k-grpo-lr5e6.yaml"
+    key = "roles.trainer.config.training.mixed_precision_reduce"
+    port, cfg = ported(name, tmp_path)
+    entry = next(e for e in port.entries if e.their == key)
+    assert (entry.kind, entry.rlvr, entry.value) == ("mapped", ["train.grad_reduce_dtype"], "float32")
+    assert cfg.train.grad_reduce_dtype == "float32"
+    mine = their(name)
+    trainer = next(r for r in mine["roles"] if r["name"] == "trainer")
+    trainer["config"]["training"]["mixed_precision_reduce"] = "bfloat16"
+    (tmp_path / "bf16.yaml").write_text(port_config(mine).yaml())
+    assert load_config(TrainConfig, str(tmp_path / "bf16.yaml"), []).train.grad_reduce_dtype == "bfloat16"
+    trainer["config"]["training"]["mixed_precision_reduce"] = "float16"      # not a reduce dtype rlvr has
+    port = port_config(mine)
+    entry = next(e for e in port.entries if e.their == key)
+    assert entry.kind == "unmapped" and "grad_reduce_dtype" in entry.why and "grad_reduce_dtype" not in port.config["train"]
+
+
 def test_mbpp_deepscaler_and_if_grpo_sft(tmp_path):
     _, mbpp = ported("qwen3-1.7B-code-mbpp-grpo-lr1e5.yaml", tmp_path)
     assert mbpp.data.dataset == "mbpp" and mbpp.data.split == "train" and mbpp.data.template == "mbpp"

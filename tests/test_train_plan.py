@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 
 import pytest
 
@@ -77,6 +78,18 @@ def test_plan_of_the_shipped_8_gpu_layout_fits_an_h100_node(qwen_dir):
     assert p["trainers_together"] is True
     assert p["sync_bucket_mib"] >= 593                      # the embedding (594 MiB) fits one bucket
     assert p["model"]["parameters"] == qwen().params
+
+
+@pytest.mark.parametrize("name", ["qwen3-1.7B-gsm8k-grpo-sft.yaml", "qwen3-1.7B-gsm8k-gkd.yaml",
+                                  "qwen3-1.7B-gsm8k-grpo-gkd.yaml", "qwen3-1.7B-gsm8k-opsd.yaml",
+                                  "qwen3-1.7B-math.yaml", "qwen3-1.7B-mix.yaml"])
+def test_shipped_8_gpu_configs_keep_every_gpu_busy_and_vllms_eager_choice(qwen_dir, name):
+    cfg = load_config(TrainConfig, os.path.join(REPO, "configs", name), [f"model.path={qwen_dir}"])
+    assert cfg.rollout.enforce_eager is None                 # vLLM's own choice: CUDA graphs on GPUs
+    p = make_plan(cfg, Cluster([Node(32, 8, 80.0, "n")], "planned"), qwen())
+    assert p["fits"], p["problems"]
+    assert sorted(g for a in p["actors"] for g in a["gpu_ids"]) == list(range(8))   # one GPU each, none idle
+    assert p["trainers_together"] and cfg.train.num_trainers > 1
 
 
 def test_plan_refuses_more_gpus_than_there_are_and_says_so_on_stderr(qwen_dir):
@@ -162,6 +175,94 @@ def test_nccl_is_refused_on_shared_gpus_and_auto_falls_back():
     with pytest.raises(UsageError, match="NCCL refuses two ranks on one device"):
         choose("nccl", "vllm", ["cuda", "cuda"], "cuda", shared)
     assert choose("gloo", "vllm", ["cpu"], "cpu", shared) == "gloo"     # CPU tensors: sharing is fine
+
+
+SFT_ONLY = os.path.join(REPO, "configs", "qwen3-1.7B-gsm8k-sft-only.yaml")
+GKD = os.path.join(REPO, "configs", "qwen3-1.7B-gsm8k-gkd.yaml")
+
+
+def test_sft_only_plans_the_trainer_alone_and_distill_only_its_engines_and_teacher(qwen_dir):
+    # the SFT baseline starts no engines: one GPU is enough, and nothing is synced
+    r = invoke("rlvr-train", [SFT_ONLY, "--set", f"model.path={qwen_dir}", "--plan", "--gpus", "1",
+                              "--gpu-mem-gib", "80"])
+    assert r.code == 0, r.stderr
+    p = json.loads(r.stdout)
+    assert p["fits"] and p["sync"] is None and [a["role"] for a in p["actors"]] == ["trainer"]
+    t = p["actors"][0]
+    assert t["gpu_ids"] == [0] and t["memory"]["tokens_per_microbatch"] == 8 * 1024   # sft.micro_batch_size x max_model_len
+    assert "no rollout engines and no weight sync" in r.stderr
+    # GKD alone still samples on the rollout engines, and its teacher has engines of its own
+    p = make_plan(load_config(TrainConfig, GKD, [f"model.path={qwen_dir}"]),
+                  Cluster([Node(32, 8, 80.0, "n")], "planned"), qwen())
+    assert [a["role"] for a in p["actors"]] == ["trainer"] * 4 + ["engine"] * 3 + ["teacher"]
+    assert p["fits"] and p["sync"] == "nccl" and len({g for a in p["actors"] for g in a["gpu_ids"]}) == 8
+    p = make_plan(load_config(TrainConfig, GKD, [f"model.path={qwen_dir}"]),
+                  Cluster([Node(32, 7, 80.0, "n")], "planned"), qwen())
+    assert not p["fits"] and "1 teacher(s)" in p["problems"][0] and "8 GPU" in p["problems"][0]
+
+
+class FakeRay:
+    """What cluster_for reads of a joined cluster (one alive node), and the address it joined."""
+
+    def __init__(self):
+        self.joined = []
+
+    def init(self, address=None, **kw):
+        self.joined.append(address)
+
+    def shutdown(self):
+        pass
+
+    def nodes(self):
+        return [{"Alive": True, "NodeID": "f" * 56, "NodeManagerAddress": "10.0.0.5",
+                 "Resources": {"CPU": 16.0, "GPU": 2.0, "memory": 1e9, "node:10.0.0.5": 1.0}}]
+
+    def cluster_resources(self):
+        return {"CPU": 16.0, "GPU": 2.0}
+
+
+def test_plan_chooses_the_cluster_the_run_would_and_starts_none(qwen_dir, tmp_path, monkeypatch):
+    from rlvr.train import plan as planning
+    from rlvr.train import ray_cluster
+
+    fake = FakeRay()
+    monkeypatch.setitem(sys.modules, "ray", fake)          # no Ray is started, or joined for real
+    monkeypatch.setenv("RAY_AUTH_MODE", "")
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))        # Ray's default temp folder: tmp_path/ray
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "ray_current_cluster").write_text("10.0.0.5:6379")
+    monkeypatch.setattr(ray_cluster, "_cmdlines", lambda: [
+        ["/x/raylet", f"--temp_dir={tmp_path / 'ray'}", "--gcs-address=10.0.0.5:6379"]])
+    cfg = gsm8k(qwen_dir)
+    # RAY_ADDRESS=local (or ray.address local): this machine's own resources, nothing joined
+    monkeypatch.setenv("RAY_ADDRESS", "local")
+    c = planning.cluster_for(cfg)
+    assert c.source == "local" and c.address is None and fake.joined == []
+    assert "starting a Ray of its own" in c.notes[0] and "10.0.0.5:6379" in c.notes[0]
+    # no address anywhere: the cluster `ray start` left running here is the run's, so the plan's
+    monkeypatch.delenv("RAY_ADDRESS")
+    c = planning.cluster_for(cfg, gpu_mem_gib=80)
+    assert fake.joined == ["10.0.0.5:6379"] and c.source == "joined" and c.address == "10.0.0.5:6379"
+    assert (c.gpus, c.cpus) == (2, 16.0) and "left running" in c.notes[0]
+    # --gpus plans for a machine without choosing any cluster
+    assert planning.cluster_for(cfg, gpus=8).source == "planned" and len(fake.joined) == 1
+
+
+def test_plan_of_a_hub_model_offline_skips_the_memory_estimates(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cfg = load_config(TrainConfig, GSM8K, ["model.path=rlvr-tests/not-cached-anywhere"])
+    r = invoke("rlvr-train", [GSM8K, "--set", "model.path=rlvr-tests/not-cached-anywhere", "--plan", "--gpus", "8",
+                              "--gpu-mem-gib", "80", "--cpus", "32"])
+    assert r.code == 0, r.stderr
+    p = json.loads(r.stdout)
+    assert p["fits"] and all(a["est_peak_gib"] is None for a in p["actors"]) and "model" not in p
+    assert "memory estimates are skipped" in r.stderr and "HF_HUB_OFFLINE" in r.stderr
+    # a local folder without config.json is the user's mistake: said, not skipped
+    cfg.model.path = str(tmp_path)
+    from rlvr.train.plan import plan_for
+
+    with pytest.raises(ConfigError, match="no config.json"):
+        plan_for(cfg, Cluster([Node(32, 8, 80.0, "n")], "planned"))
 
 
 # -- on a Ray cluster with logical GPUs ------------------------------------------------------------

@@ -42,6 +42,7 @@ def test_sft_only_is_the_baseline_through_the_same_trainer(ray_session, base_mod
         assert r["precision/loss_scale"] > 0 and "reward/mean" not in r and "loss/rl" not in r
     man = json.loads((tmp_path / "run.json").read_text())
     assert man["placement"]["engines"] == [] and man["status"] == "completed"   # no engines
+    assert man["plan"]["fits"] and man["plan"]["sync"] is None            # planned without engines or a sync
     assert not os.path.exists(tmp_path / "traces" / "rollouts.jsonl") or \
         (tmp_path / "traces" / "rollouts.jsonl").read_text() == ""
     step, ck = latest_checkpoint(str(tmp_path))

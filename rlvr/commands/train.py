@@ -64,10 +64,12 @@ HELP = with_examples(
 
     --plan prints what the run would ask for as one JSON object and starts nothing: each actor
     (engines, trainer ranks) with its GPUs, CPUs and estimated peak GPU memory, the weight-sync
-    method, the cluster (the one it would start here or join; --gpus N --gpu-mem-gib M [--cpus C]
-    plans for another machine), "fits" and the "problems". It reads only the model's
-    config.json. Exit 0 when the run fits, 2 (the problems on stderr) when not. Every real run
-    makes the same checks at start-up, before it creates an actor.
+    method, the cluster (the one the run would join, chosen as above, or this machine's
+    resources for a Ray of its own; --gpus N --gpu-mem-gib M [--cpus C] plans for another
+    machine), "fits" and the "problems". It reads only the model's config.json (a hub name
+    that cannot be read offline: no memory estimates). Exit 0 when the run fits, 2 (the
+    problems on stderr) when not. Every real run makes the same checks at start-up, before
+    it creates an actor.
     """,
     """
 rlvr-train configs/tiny-cpu.yaml

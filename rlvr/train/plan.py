@@ -5,7 +5,7 @@ makes the same plan at start-up, against the cluster it joined or started, and s
 the problems (exit 2) before it creates an actor:
 
     {"actors": [{"role": "engine"|"trainer"|"teacher", "index", "gpus", "cpus", "est_peak_gib", ...}],
-     "sync": "nccl"|"gloo"|"object_store", "cluster": {...}, "fits": true|false,
+     "sync": "nccl"|"gloo"|"object_store"|null, "cluster": {...}, "fits": true|false,
      "problems": [...], "notes": [...], "model": {...}}
 
 Everything here is arithmetic on the model's config.json (a folder holding only that file is
@@ -121,13 +121,21 @@ def read_model_config(path: str) -> tuple[dict, str]:
             raise ConfigError(f"{local}: not a readable model config ({e})") from None
     if os.path.exists(path) or path.startswith((".", "/")):
         raise ConfigError(f"model.path {path}: no config.json there")
+    from rlvr.data.sources import _hub_reachable, _quiet_hub
+
     try:
         from huggingface_hub import hf_hub_download, try_to_load_from_cache
 
         cached = try_to_load_from_cache(path, "config.json")
-        local = cached if isinstance(cached, str) else hf_hub_download(path, "config.json")
-        with open(local) as fh:
-            return json.load(fh), local
+        if not isinstance(cached, str):
+            offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("0", "", "false", "no", "off")
+            why = "HF_HUB_OFFLINE is set" if offline else _hub_reachable()
+            if why is not None:     # one quick check, not the hub client's retries
+                raise OSError(f"not in the hub cache, and the hub is unreachable: {why}")
+            with _quiet_hub():
+                cached = hf_hub_download(path, "config.json")
+        with open(cached) as fh:
+            return json.load(fh), cached
     except Exception as e:  # noqa: BLE001 - offline, unknown repository, ...
         raise ConfigError(f"model.path {path}: cannot read its config.json ({type(e).__name__}: {e}); give a "
                           "local folder holding it") from None
@@ -285,14 +293,17 @@ def cluster_from_ray(gpu_mem_gib: float | None = None, address: str | None = Non
 
 
 def cluster_for(cfg, gpus: int | None = None, gpu_mem_gib: float | None = None, cpus: float | None = None) -> Cluster:
-    """The cluster `rlvr-train --plan` plans for without starting it: --gpus N (one node of N
-    GPUs of --gpu-mem-gib GiB), else the one a run would start here (ray.num_gpus, capped by
-    CUDA_VISIBLE_DEVICES, else the GPUs the driver sees; ray.num_cpus, else this machine's
-    CPUs), or the one it would join (ray.address / RAY_ADDRESS: connected to, read, left)."""
+    """The cluster `rlvr-train --plan` plans for without starting one: --gpus N (one node of N
+    GPUs of --gpu-mem-gib GiB), else the Ray the run would use, chosen as the run chooses it
+    (rlvr.train.ray_cluster.choose: ray.address, RAY_ADDRESS, a cluster `ray start` left
+    running here): one to join is connected to, read and left; a Ray of the run's own
+    (`local`, or none running) is this machine's resources (ray.num_gpus, capped by
+    CUDA_VISIBLE_DEVICES, else the GPUs the driver sees; ray.num_cpus, else its CPUs)."""
+    from rlvr.train import ray_cluster
     from rlvr.train.placement import ray_gpu_args, visible_devices
 
-    address = cfg.ray.address or os.environ.get("RAY_ADDRESS", "").strip() or None
-    if gpus is None and address:
+    choice = None if gpus is not None else ray_cluster.choose(cfg.ray.address, cfg.ray.temp_dir, os.environ)
+    if choice is not None and choice.address:
         import ray
 
         from rlvr.train.placement import join_in_token_mode
@@ -301,14 +312,18 @@ def cluster_for(cfg, gpus: int | None = None, gpu_mem_gib: float | None = None, 
 
         join_in_token_mode(os.environ)
         try:
-            ray.init(address=address, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+            ray.init(address=choice.address, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
         except Exception as e:  # noqa: BLE001 - Ray raises several types for an unreachable cluster
-            raise Failure(f"cannot join the Ray cluster at {address} to plan for it: {type(e).__name__}: {e} "
-                          "(--gpus N --gpu-mem-gib M plans for a machine without joining)") from None
+            raise Failure(f"cannot join the Ray cluster at {choice.address} ({choice.source}) to plan for it: "
+                          f"{type(e).__name__}: {e} (a run would not start either; --ray-address local plans for "
+                          "a Ray of the run's own on this machine, --gpus N --gpu-mem-gib M for a machine "
+                          "without joining)") from None
         try:
-            return cluster_from_ray(gpu_mem_gib, address)
+            cluster = cluster_from_ray(gpu_mem_gib, choice.address)
         finally:
             ray.shutdown()
+        cluster.notes.insert(0, choice.line())
+        return cluster
     n_cpus = cpus if cpus is not None else (cfg.ray.num_cpus or os.cpu_count() or 1)
     if gpus is not None:
         notes = [] if gpu_mem_gib or not gpus else ["GPU memory not given (--gpu-mem-gib): memory not checked"]
@@ -328,6 +343,8 @@ def cluster_for(cfg, gpus: int | None = None, gpu_mem_gib: float | None = None, 
     notes = []
     if n and mem is None:
         notes.append("GPU memory unknown (logical GPUs, or no driver): memory not checked; give --gpu-mem-gib")
+    if choice is not None and choice.line():      # a `ray start` cluster passed over (ray.address local)
+        notes.insert(0, choice.line())
     # a Ray this run starts has no custom resources
     return Cluster([Node(float(n_cpus), n, mem if n else None, "local", {})], "local", notes=notes)
 
@@ -415,10 +432,12 @@ def place(actors: list[Actor], nodes: list[Node]) -> tuple[list[str], bool]:
 
 def requests(cfg, has_gpus: bool) -> list[Actor]:
     """The actors a run creates, trainer ranks first (as rlvr-train creates them), with the
-    resources each asks Ray for."""
+    resources each asks Ray for. sft.only (the SFT baseline) starts the trainer ranks alone."""
     r, t = cfg.rollout, cfg.train
     out = [Actor("trainer", k, float(t.trainer_num_gpus) if has_gpus else 0.0, float(t.trainer_num_cpus),
                  dict(t.trainer_resources)) for k in range(max(1, t.num_trainers))]
+    if cfg.sft.only:
+        return out
     out += [Actor("engine", e, float(r.engine_num_gpus) * r.tensor_parallel_size if has_gpus else 0.0,
                   float(r.engine_num_cpus), dict(r.engine_resources)) for e in range(r.num_engines)]
     te = cfg.teacher   # a distillation teacher on engines of its own (rlvr.train.distill; its memory is not estimated)
@@ -430,11 +449,16 @@ def requests(cfg, has_gpus: bool) -> list[Actor]:
 
 def microbatch_tokens(cfg) -> int:
     """Padded tokens of the largest micro-batch: the token budget, else micro_batch_size x the
-    longest sequence (max_model_len)."""
-    t, r = cfg.train, cfg.rollout
+    longest sequence (max_model_len); an SFT micro-batch (sft.micro_batch_size sequences of at
+    most max_model_len, rlvr.train.sft) where it is larger, and alone with sft.only."""
+    t, r, s = cfg.train, cfg.rollout, cfg.sft
+    longest = int(r.max_model_len or r.max_tokens)
+    sft = int(s.micro_batch_size) * longest if s.data else 0
+    if s.only:
+        return sft
     if t.max_tokens_per_microbatch:     # a longer sequence goes alone
-        return max(int(t.max_tokens_per_microbatch), int(r.max_model_len or 0))
-    return int(t.micro_batch_size) * int(r.max_model_len or r.max_tokens)
+        return max(int(t.max_tokens_per_microbatch), int(r.max_model_len or 0), sft)
+    return max(int(t.micro_batch_size) * longest, sft)
 
 
 def make_plan(cfg, cluster: Cluster, shape: ModelShape | None) -> dict:
@@ -498,7 +522,10 @@ def make_plan(cfg, cluster: Cluster, shape: ModelShape | None) -> dict:
     shared = [key for key, on in users.items()
               if len([a for a in on if a.role == "engine" or (a.role == "trainer" and a.index == 0)]) > 1]
     method = cfg.sync.method
-    if method == "auto":
+    if cfg.sft.only:
+        sync = None         # no engines: no weights to send
+        notes.append("sft.only: the trainer ranks alone, no rollout engines and no weight sync")
+    elif method == "auto":
         sync = "nccl" if r.engine == "vllm" and has_gpus and not shared else "object_store"
         if r.engine == "vllm" and has_gpus and shared:
             notes.append("engines or trainer rank 0 share GPUs: weights go through the object store (NCCL refuses "
@@ -541,22 +568,38 @@ def make_plan(cfg, cluster: Cluster, shape: ModelShape | None) -> dict:
 
 
 def plan_for(cfg, cluster: Cluster) -> dict:
-    """make_plan with the model's shape read from model.path's config.json."""
-    raw, _ = read_model_config(cfg.model.path)
-    return make_plan(cfg, cluster, ModelShape.from_config(raw, name=cfg.model.path))
+    """make_plan with the model's shape read from model.path's config.json. A hub name whose
+    config.json cannot be had (offline, not cached) is planned without the memory estimates,
+    as a run plans when it cannot read it; a local path without one is an error."""
+    from rlvr.errors import ConfigError
+
+    path = cfg.model.path
+    try:
+        raw, _ = read_model_config(path)
+    except ConfigError as e:
+        if path.startswith(("s3://", ".", "/")) or os.path.exists(path):
+            raise
+        p = make_plan(cfg, cluster, None)
+        p["notes"].append(f"the plan's memory estimates are skipped: {e}")
+        return p
+    return make_plan(cfg, cluster, ModelShape.from_config(raw, name=path))
 
 
 def print_plan(cfg, gpus: int | None = None, gpu_mem_gib: float | None = None, cpus: float | None = None) -> dict:
-    """rlvr-train --plan: the plan as one JSON line on stdout; a plan that does not fit raises
-    a ConfigError (exit 2) listing the problems on stderr, after the JSON."""
+    """rlvr-train --plan: the plan as one JSON line on stdout, its notes on stderr (as a run says
+    them); a plan that does not fit raises a ConfigError (exit 2) listing the problems on
+    stderr, after the JSON."""
     import sys
 
     from rlvr.errors import ConfigError
+    from rlvr.messages import say
     from rlvr.records import dumps
 
     p = plan_for(cfg, cluster_for(cfg, gpus=gpus, gpu_mem_gib=gpu_mem_gib, cpus=cpus))
     sys.stdout.buffer.write(dumps(p))
     sys.stdout.flush()
+    for note in p["notes"]:
+        say(note)
     if not p["fits"]:
         raise ConfigError("the run does not fit: " + "; ".join(p["problems"]))
     return p
