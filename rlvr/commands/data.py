@@ -56,7 +56,7 @@ HELP = with_examples(
     newline and a tab. --filter FIELD=V1,V2 keeps the records whose FIELD is one of the
     values (MATH: level=3,4,5; APPS: difficulty=interview).
     """,
-    """
+    r"""
 rlvr-data gsm8k --split test --source data/gsm8k/test.jsonl --limit 100
 rlvr-data math500 --source MATH-500/test.jsonl --template boxed
 rlvr-data gsm8k --shots 8 --seed 42 --source gsm8k/   # lm-eval's 8-shot gsm8k prompts (train from gsm8k/)
