@@ -86,6 +86,11 @@ def hint(key: str):
     return tp
 
 
+def _admits_none(key: str) -> bool:
+    tp = hint(key)
+    return tp is _MISSING or type(None) in typing.get_args(tp)
+
+
 def accepts(key: str) -> bool:
     """Whether rlvr-train's config has this dotted key (read from rlvr.train.config)."""
     return hint(key) is not _MISSING
@@ -448,7 +453,9 @@ def port_config(their: dict, source: str = "", accepted: Callable[[str], bool] =
     for path, value in _leaves(their):
         if path in p.done:
             continue
-        if path in SIMPLE:
+        if path in SIMPLE and value is None and not _admits_none(SIMPLE[path][0]):
+            p.imply(path, "null: the default applies", value)
+        elif path in SIMPLE:
             key, fn = SIMPLE[path]
             try:
                 ours = fn(value) if fn else value

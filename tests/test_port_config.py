@@ -243,6 +243,8 @@ def test_unknown_keys_warn_and_wrong_values_are_refused(tmp_path):
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and f"{src}: {named}" in lines[0], (key, r.stderr)
     ok = their("qwen3-1.7B-gsm8k-grpo-lr5e6.yaml")
+    ok["training"]["max_steps"] = None                        # null: as if absent, train until the data ends
+    assert port_config(ok).config["train"]["steps"] == 1_000_000
     ok["roles"][0]["config"]["optimizer"]["lr"] = "5e-6"     # PyYAML's string for 5e-6 still reads as a number
     assert port_config(ok).config["train"]["lr"] == 5e-6
 
