@@ -10,12 +10,15 @@ Every key of their config ends in one of four ways (`Entry.kind`):
   ``train.steps``; ``prompts_per_rollout_sync / prompts_per_optim_step`` -> ``sync.every_steps``);
 - ``implied``: rlvr already behaves that way, nothing to write (``buffer.max_reads: 1``: every
   rollout trains once), or the key is a detail of their runtime that rlvr sets itself;
-- ``pending``: the rlvr key exists in the design (issue 23: SFT beside RL, distillation, the
-  optimizer and sync knobs) but this rlvr's config does not accept it yet; it is written as a
-  comment to uncomment, and reported as "needs issue-23 features". Whether a key is accepted is
-  read from rlvr.train.config at run time, so the entries switch on by themselves once
-  rlvr-train accepts them;
-- ``unmapped``: no equivalent, with why.
+- ``pending``: the rlvr key is one this rlvr-train does not accept (an older rlvr-train, or a
+  value such as float16 training it cannot take); it is written as a comment to uncomment.
+  Whether a key is accepted is read from rlvr.train.config at run time, so the entries switch on
+  by themselves once rlvr-train accepts them;
+- ``unmapped``: no equivalent, with why. A key this port does not know at all is also a warning
+  (``Port.warnings``: the file and the key path).
+
+The values it maps are type-checked against rlvr-train's fields (and their numeric keys against
+what their code reads): a wrong one raises BadInput naming the file and their key.
 
 Their code's silent defaults are ported too, as entries named ``(their default) ...``: no
 ``loss.name`` means Dr. GRPO with C = 2048; each dataset's own ``max_completion_len`` overrides
@@ -28,16 +31,12 @@ AdamW defaults (weight decay 0.1, beta2 0.95); no chat template.
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-ISSUE_23 = "needs issue-23 features"
-
-# rlvr keys designed by issue 23 (SFT, distillation, optimizer/precision/sync knobs): a pending
-# one is reported as needing those features.
-ISSUE_23_KEYS = ("sft.", "teacher.", "train.distill.", "train.adam_eps", "train.adv_std", "train.ref_sync_every",
-                 "train.loss.ratio_to", "rollout.logprobs", "sync.every_steps", "compat")
+PENDING = "not accepted by this rlvr-train"
 
 # Their dataset names -> rlvr's (None: rlvr has no such dataset here).
 DATASETS: dict[str, str | None] = {
@@ -67,27 +66,38 @@ class Entry:
     value: object = None
 
 
-def accepts(key: str) -> bool:
-    """Whether rlvr-train's config has this dotted key (read from rlvr.train.config)."""
+_MISSING = object()
+
+
+def hint(key: str):
+    """The type of rlvr-train's dotted config key (read from rlvr.train.config), or _MISSING."""
     from rlvr.train.config import TrainConfig
 
-    cls = TrainConfig
-    parts = key.split(".")
-    for i, p in enumerate(parts):
+    cls, tp = TrainConfig, _MISSING
+    for p in key.split("."):
         if not dataclasses.is_dataclass(cls):
-            return False
+            return _MISSING
         hints = typing.get_type_hints(cls)
         if p not in hints:
-            return False
+            return _MISSING
         tp = hints[p]
-        if i < len(parts) - 1:
-            args = [a for a in typing.get_args(tp) if dataclasses.is_dataclass(a)]
-            cls = tp if dataclasses.is_dataclass(tp) else (args[0] if args else None)
-    return True
+        args = [a for a in typing.get_args(tp) if dataclasses.is_dataclass(a)]
+        cls = tp if dataclasses.is_dataclass(tp) else (args[0] if args else None)
+    return tp
+
+
+def _admits_none(key: str) -> bool:
+    tp = hint(key)
+    return tp is _MISSING or type(None) in typing.get_args(tp)
+
+
+def accepts(key: str) -> bool:
+    """Whether rlvr-train's config has this dotted key (read from rlvr.train.config)."""
+    return hint(key) is not _MISSING
 
 
 def accepts_value(key: str, value) -> bool:
-    """Values an accepted key may not take yet: float16 training (issue 23's dynamic loss scaler)."""
+    """Values an accepted key may not take: float16 training where rlvr-train has no loss scaler."""
     if key in ("train.dtype", "rollout.dtype") and str(value) in ("float16", "fp16", "half"):
         import rlvr.train.config as tc
 
@@ -122,18 +132,33 @@ class Port:
             node = node[p]
         return node
 
-    def set(self, key: str, value) -> bool:
-        """Write an rlvr key (True), or keep it pending when rlvr-train does not accept it (False)."""
+    def set(self, key: str, value, their: str | None = None) -> bool:
+        """Write an rlvr key (True), or keep it pending when rlvr-train does not accept it (False).
+        A value of the wrong type for the key raises BadInput naming the file and `their` key."""
         if not self.accepted(key) or not accepts_value(key, value):
-            why = ISSUE_23 if key.startswith(ISSUE_23_KEYS) or self.accepted(key) else "not accepted by this rlvr-train"
-            self.pending[key] = (value, why)
+            self.pending[key] = (value, PENDING)
             return False
+        tp = hint(key)
+        if tp is not _MISSING:
+            from rlvr.config_loader import _fix_floats
+
+            self.check(their or key, _fix_floats(value), tp, f" (rlvr's {key})" if their and their != key else "")
         node = self.config
         parts = key.split(".")
         for p in parts[:-1]:
             node = node.setdefault(p, {})
         node[parts[-1]] = value
         return True
+
+    def check(self, their: str, value, tp, note: str = "") -> None:
+        """value must be of type tp (a config field's type): else BadInput, "FILE: KEY: expected ..."."""
+        from rlvr.config_loader import _coerce
+        from rlvr.errors import BadInput, ConfigError
+
+        try:
+            _coerce(value, tp, f"{self.source or 'their config'}: {their}{note}")
+        except ConfigError as e:
+            raise BadInput(str(e)) from None
 
     def is_set(self, key: str) -> bool:
         node = self.config
@@ -145,7 +170,7 @@ class Port:
 
     def map(self, their: str, values: dict[str, object], why: str = "", value=None) -> None:
         """their -> the rlvr keys in values; pending when any of them is not accepted yet."""
-        ok = [self.set(k, v) for k, v in values.items()]
+        ok = [self.set(k, v, their) for k, v in values.items()]
         kind = "mapped" if all(ok) else "pending"
         notes = [f"{k}: {self.pending[k][1]}" for k, good in zip(values, ok) if not good]
         self.entries.append(Entry(their, kind, list(values), "; ".join([why, *notes]).strip("; "), value))
@@ -190,7 +215,7 @@ class Port:
         body = dump_yaml(self.ordered())
         tail = []
         if self.pending:
-            tail += ["", f"# Not accepted by this rlvr-train yet ({ISSUE_23} where marked); once it is, run with:"]
+            tail += ["", "# Not accepted by this rlvr-train; once it is, run with:"]
             for key, (value, why) in self.pending.items():
                 tail.append(f"#   --set {key}={_flow(value)}    ({why})")
         for kind, title in (("unmapped", "Their keys without an rlvr equivalent"),
@@ -366,13 +391,25 @@ UNMAPPED: dict[str, str] = {
     "roles.trainer.config.compile.enable": "rlvr does not torch.compile the trainer",
     "roles.trainer.config.compile.components": "rlvr does not torch.compile the trainer",
     "roles.trainer.config.checkpoint.export_dtype": "rlvr writes checkpoints in the model's dtype",
-    "roles.trainer.config.metrics.enable_tensorboard": "rlvr's metrics are traces/trace.jsonl (trackers: issue 27)",
-    "roles.trainer.config.metrics.save_tb_folder": "rlvr's metrics are traces/trace.jsonl (trackers: issue 27)",
     "roles.trainer.config.profiling.enable_profiling": "no profiler hook in rlvr-train",
     "roles.trainer.config.profiling.save_traces_folder": "no profiler hook in rlvr-train",
     "roles.trainer.config.profiling.profile_freq": "no profiler hook in rlvr-train",
     "roles.trainer.config.activation_checkpoint.selective_ac_option": "rlvr checkpoints whole layers "
                                                                       "(train.gradient_checkpointing)",
+}
+# Their keys this port computes with (the others are checked as the rlvr key they become).
+THEIR_NUMBERS: dict[str, object] = {
+    **{f"training.{k}": int | None for k in ("batch_size", "prompts_per_optim_step", "prompts_per_rollout_sync",
+                                            "sync_every_n_steps", "prompts_per_reference_sync")},
+    "training.completions_per_micro_batch": int | dict[int, int] | None,
+    **{f"training.{k}": float for k in ("alpha_grpo", "alpha_sft", "alpha_gkd")},
+    **{f"loss.{k}": float for k in ("beta", "eps", "eps_low", "eps_high")},
+    "loss.C": float,
+    "sampling.n": int,
+    "run.seed": int,
+    "roles.trainer.config.lr_scheduler.decay_ratio": float | None,
+    "roles.trainer.config.parallelism.data_parallel_shard_degree": int | None,
+    "roles.trainer.config.parallelism.data_parallel_replicate_degree": int | None,
 }
 VLLM_KNOBS = ("max_num_seqs", "max_num_batched_tokens", "enable_prefix_caching", "enable_chunked_prefill",
               "max_concurrent_per_replica")
@@ -383,11 +420,22 @@ def port_config(their: dict, source: str = "", accepted: Callable[[str], bool] =
     if not isinstance(their, dict):
         raise ValueError("their config must be a YAML mapping")
     p = Port(their, source, accepted)
+    for path, value in _leaves(their):   # the numbers their code reads and this port computes with
+        tp = THEIR_NUMBERS.get(re.sub(r"\.datasets\[\d+\]\.", ".datasets[].", path))
+        if tp is not None:
+            from rlvr.config_loader import _fix_floats
+
+            p.check(path, _fix_floats(value), tp)
+    for i, e in enumerate((their.get("data") or {}).get("datasets") or []):
+        if isinstance(e, dict) and "weight" in e:
+            from rlvr.config_loader import _fix_floats
+
+            p.check(f"data.datasets[{i}].weight", _fix_floats(e["weight"]), float)
     sft_only = not their.get("data") and bool(their.get("sft_data"))
     if sft_only:   # their train_sft_only.py: no RL data, loss or sampling
         if not p.set("sft.only", True):
             p.set("data.dataset", None)
-            p.warnings.append(f"their run is SFT alone; rlvr-train runs it once it accepts sft.only ({ISSUE_23})")
+            p.warnings.append(f"their run is SFT alone; rlvr-train runs it once it accepts sft.only")
         p.entries.append(Entry("(their default) no data section", "mapped" if p.is_set("sft.only") else "pending",
                                ["sft.only"], "SFT alone (their train_sft_only.py)", True))
         names = []
@@ -400,12 +448,19 @@ def port_config(their: dict, source: str = "", accepted: Callable[[str], bool] =
     _trainer(p)
     _engines(p)
     _sft_and_distill(p)
+    _tensorboard(p)
     for path, value in _leaves(their):
         if path in p.done:
             continue
-        if path in SIMPLE:
+        if path in SIMPLE and value is None and not _admits_none(SIMPLE[path][0]):
+            p.imply(path, "null: the default applies", value)
+        elif path in SIMPLE:
             key, fn = SIMPLE[path]
-            p.map(path, {key: fn(value) if fn else value}, value=value)
+            try:
+                ours = fn(value) if fn else value
+            except (TypeError, ValueError):
+                ours = value    # the type check of p.map names the key and the value
+            p.map(path, {key: ours}, value=value)
         elif path in IMPLIED:
             p.imply(path, IMPLIED[path], value)
         elif path in UNMAPPED:
@@ -419,9 +474,27 @@ def port_config(their: dict, source: str = "", accepted: Callable[[str], bool] =
                           "engines' settings", value)
         else:
             p.unmap(path, "not known to this port", value)
+            p.warnings.append(f"{source or 'their config'}: {path}: a key this port does not know; not ported")
     # their GKD and OPSD entry points have no RL loss: none of its defaults (dynamic sampling, the ratio)
     _defaults(p, names, rl=not sft_only and (p.get("loss") or {}).get("name") != "opsd")
     return p
+
+
+def _tensorboard(p: Port) -> None:
+    """Their trainer's TensorBoard switch: rlvr's log.trackers (event files in RUN_DIR/tensorboard/)."""
+    m = "roles.trainer.config.metrics."
+    on = p.get(m + "enable_tensorboard")
+    if on is None:
+        return
+    p.check(m + "enable_tensorboard", on, bool)
+    if on:
+        p.map(m + "enable_tensorboard", {"log.trackers": ["tensorboard"]},
+              "TensorBoard event files in RUN_DIR/tensorboard/ (pip install rlvr[tensorboard])", on)
+    else:
+        p.imply(m + "enable_tensorboard", "no experiment tracker (rlvr's default; traces/trace.jsonl always)", on)
+    if p.get(m + "save_tb_folder") is not None:
+        p.imply(m + "save_tb_folder", "rlvr's TensorBoard folder is RUN_DIR/tensorboard/" if on
+                else "no TensorBoard", p.get(m + "save_tb_folder"))
 
 
 def _data(p: Port) -> list[str]:
@@ -495,7 +568,12 @@ def _data(p: Port) -> list[str]:
     if "skip_chat_template" in it:
         p.map("data_iter.skip_chat_template", {"data.chat": not it["skip_chat_template"]}, value=it["skip_chat_template"])
     if it.get("system_prompt"):
-        p.unmap("data_iter.system_prompt", "a system prompt: chat controls are issue 28's", it["system_prompt"])
+        if it.get("skip_chat_template", True):
+            p.unmap("data_iter.system_prompt", "without a chat template their loader writes the system prompt and a "
+                    "blank line before each prompt; rlvr's data.system goes with data.chat only", it["system_prompt"])
+        else:
+            p.map("data_iter.system_prompt", {"data.system": it["system_prompt"]}, "the chat prompts' system message",
+                  it["system_prompt"])
     if it.get("assistant_prefix"):
         p.map("data_iter.assistant_prefix", {"data.assistant_prefix": it["assistant_prefix"]}, value=it["assistant_prefix"])
     return names
@@ -573,7 +651,7 @@ def _loss(p: Port) -> None:
     values: dict[str, object] = {"train.loss.beta": beta}
     if name in (None, "drgrpo"):
         eps = float(loss.get("eps", 0.0))
-        values.update({"train.loss.loss_type": "dr_grpo", "train.loss.max_tokens": int(loss.get("C", 2048)),
+        values.update({"train.loss.loss_type": "dr_grpo", "train.loss.max_tokens": int(float(loss.get("C", 2048))),
                        "train.scale_rewards": "none"})
         why = "Dr. GRPO: mean-centred advantages, the token sum divided by C"
     elif name == "grpo":
@@ -688,7 +766,7 @@ def _sft_and_distill(p: Port) -> None:
         _teacher(p, t, alone)
     if (p.get("loss") or {}).get("name") == "opsd" and "train.distill.weight" in p.pending:
         p.warnings.append("their run trains by distillation alone; until rlvr-train accepts train.distill "
-                          f"({ISSUE_23}) this config trains with rlvr's RL loss instead")
+                          "this config trains with rlvr's RL loss instead")
 
 
 # Their OPSD teacher prompts where the policy is its own teacher (train_opsd.py): GSM8K shows the

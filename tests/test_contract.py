@@ -35,6 +35,25 @@ def test_help_has_examples_and_exit_codes_doc(name):
     assert name in r.stdout or "Usage" in r.stdout
 
 
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_help_renders_each_example_on_its_own_line(name):
+    """Each example of --help is one whole shell line, printed as written: a backslash escape
+    such as \\n left to Python (a help text that is not a raw string) splits an example or, with
+    a blank line, lets click re-wrap the rest into one run-on paragraph."""
+    import importlib
+    import shlex
+
+    text = importlib.import_module(COMMANDS[name]["module"]).cmd.help
+    examples = [ln.strip() for ln in text.split("\b\nExamples:\n", 1)[1].splitlines()]
+    assert examples and all(examples), f"{name}: a blank or missing example line"
+    for ex in examples:
+        assert not ex.startswith("-"), f"{name}: example continues another: {ex!r}"
+        shlex.split(ex, comments=True)   # balanced quotes: a whole command
+    r = invoke(name, ["--help"])
+    shown = r.stdout.split("Examples:\n", 1)[1].split("\n\n", 1)[0]
+    assert [ln.strip() for ln in shown.splitlines()] == examples
+
+
 def test_man_pages_are_current():
     assert manpages.main(["--check", os.path.join(REPO, "man")]) == 0, "run `make man`"
     for name in COMMANDS:

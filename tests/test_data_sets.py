@@ -50,6 +50,17 @@ def test_apps_difficulty_filter():
     assert [r["difficulty"] for r in recs] == ["introductory", "introductory", "competition"]
     r = invoke("rlvr-data", ["apps", "--source", f"{D}/apps", "--filter", "dificulty=interview"])
     assert r.code == 2 and "no field 'dificulty'" in r.stderr
+    # a value no record has: keeping nothing fails, naming the field, the value and the values there are
+    r = invoke("rlvr-data", ["apps", "--source", f"{D}/apps", "--filter", "difficulty=bogus"])
+    assert r.code == 2 and r.stdout == "" and r.stderr.count("error:") == 1, r.stderr
+    assert "no apps record has difficulty bogus; its values: competition, interview, introductory" in r.stderr
+    # one of several values that no record has: a warning, the others kept
+    recs, err = data("apps", "--source", f"{D}/apps", "--filter", "difficulty=competition,bogus")
+    assert [r["difficulty"] for r in recs] == ["competition"]
+    assert "warning: filters of apps: no apps record has difficulty bogus (its values: competition, interview, " \
+           "introductory); kept 1 of 5" in err
+    with pytest.raises(ConfigError, match="no math record has level 9; its values: 1, 2, 3, 4, 5"):
+        load_records("math", split="test", source=MATH, filters={"level": [9]})
 
 
 def test_math_level_filter_takes_numbers_for_level_names():

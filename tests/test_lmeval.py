@@ -219,6 +219,12 @@ def test_harness_lm_eval_runs_lm_evals_vllm_backend_under_the_template(tiny_mode
     assert argv[argv.index("--seed") + 1] == "42" and argv[argv.index("--batch_size") + 1] == "auto"
     assert argv[argv.index("--gen_kwargs") + 1] == "temperature=0" and "max_tokens" not in " ".join(argv)
     assert "--confirm_run_unsafe_code" not in argv
+    cut = line["hit_max_tokens"]          # each completion's finish reason, noted beside lm-eval's samples
+    notes = [orjson.loads(x) for x in (run_dir / "finish_reasons.jsonl").read_bytes().splitlines()]
+    assert cut["of"] == 2 == len(notes) and line["max_tokens"] == [256] == cut["max_tokens"]   # gsm8k's default
+    assert cut["completions"] == sum(n["finish_reason"] == "length" for n in notes)
+    assert all(n["tokens"] <= 256 for n in notes) and orjson.loads((run_dir / "hit_max_tokens.json").read_bytes()) == cut
+    assert ("stopped at the 256-token limit" in log) == (cut["completions"] > 0)
     res = line["results"]["local_gsm8k"]
     assert res["sample_len"] == 2 and {"exact_match,strict-match", "exact_match,flexible-extract"} <= set(res)
     # done: a second run skips the unit; the table reads lm-eval's results
@@ -237,6 +243,35 @@ def test_harness_lm_eval_runs_lm_evals_vllm_backend_under_the_template(tiny_mode
     ours = {x["doc_id"]: x["metrics"] for x in T.score("gsm8k", list(recs.values()), 1, 42, SOURCES["gsm8k"], 2)}
     for s in logged:
         assert ours[s["doc_id"]][f"exact_match,{s['filter']}"] == s["exact_match"]
+
+
+def test_completions_cut_at_the_generation_limit_are_counted(tmp_path, monkeypatch):
+    """lm_eval_cli wraps the vLLM backend's generation to note each completion's finish reason
+    (lm-eval keeps only the text); the harness counts those that hit max_gen_toks."""
+    import sys
+    import types
+
+    from rlvr.eval import harness, lm_eval_cli
+
+    class VLLM:   # lm-eval's backend, as far as the wrapper sees it
+        def _model_generate(self, requests, generate=False, sampling_params=None):
+            return [types.SimpleNamespace(outputs=[types.SimpleNamespace(finish_reason=r, token_ids=[0] * n)])
+                    for r, n in requests]
+
+    fake = types.ModuleType("lm_eval.models.vllm_causallms")
+    fake.VLLM = VLLM
+    monkeypatch.setitem(sys.modules, "lm_eval.models.vllm_causallms", fake)
+    monkeypatch.setattr(VLLM, "_model_generate", VLLM._model_generate)
+    notes = tmp_path / harness.FINISH
+    lm_eval_cli._record_finish(str(notes))
+    sp = types.SimpleNamespace(max_tokens=256)
+    got = VLLM()._model_generate([("length", 256), ("stop", 40), ("length", 256)], True, [sp, sp, sp])
+    assert [o.outputs[0].finish_reason for o in got] == ["length", "stop", "length"]
+    VLLM()._model_generate([("length", 1)], False, None)           # loglikelihood requests: not completions
+    VLLM()._model_generate([("stop", 9)], True, types.SimpleNamespace(max_tokens=1024))
+    assert harness.generation_limits(str(notes)) == {"completions": 2, "of": 4, "fraction": 0.5,
+                                                     "max_tokens": [256, 1024]}
+    assert harness.generation_limits(str(tmp_path / "none.jsonl")) is None
 
 
 def harness_tensor_names(folder) -> list[str]:

@@ -1,6 +1,7 @@
 """rlvr-port-config on one training config of each kind the users ship (tests/data/port, copied
 from halflearned/rlvr-experiments with their paths): every key accounted for, the ported config
-loads in rlvr-train, their silent defaults ported, issue-23 keys pending until accepted."""
+loads in rlvr-train, their silent defaults ported, keys pending until rlvr-train accepts them,
+unknown keys warned about and wrong values refused."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import yaml
 
 from helpers import DATA, invoke
 from rlvr.config_loader import load_config
-from rlvr.port_config import ISSUE_23, _leaves, port_config
+from rlvr.port_config import PENDING, _leaves, port_config
 from rlvr.train.config import TrainConfig, check
 
 PORT = os.path.join(DATA, "port")
@@ -39,7 +40,7 @@ def test_every_key_is_accounted_for_and_the_port_loads(name, tmp_path):
         assert path in done or any(path.startswith(d.split("[")[0]) for d in done), path
     assert not [e.their for e in port.entries if e.why == "not known to this port"]
     assert all(e.why for e in port.entries if e.kind in ("unmapped", "implied"))
-    assert all(why == ISSUE_23 for _, why in port.pending.values())
+    assert not port.pending and not [w for w in port.warnings if "does not know" in w]
     assert cfg.model.path == "/efs/rlvr-experiments/assets/hf/Qwen3-1.7B-Base"
     check(cfg)
     if cfg.train.distill.only:   # their GKD / OPSD entry points: no RL loss, none of its defaults
@@ -52,11 +53,8 @@ def test_every_key_is_accounted_for_and_the_port_loads(name, tmp_path):
     assert cfg.train.grad_clip == 1.0
     from rlvr.train import config as tc
 
-    if hasattr(tc, "optimizer_args"):   # compat: torchtitan (issue 23) fills the null optimizer settings
-        args = tc.optimizer_args(cfg.train, cfg.compat)
-        assert args["weight_decay"] == 0.1 and args["betas"][1] == 0.95
-    else:
-        assert (cfg.train.weight_decay, cfg.train.adam_beta2) == (0.1, 0.95)
+    args = tc.optimizer_args(cfg.train, cfg.compat)   # compat: torchtitan fills the null optimizer settings
+    assert cfg.compat == "torchtitan" and args["weight_decay"] == 0.1 and args["betas"][1] == 0.95
 
 
 def test_gsm8k_dapo_with_staleness(tmp_path):
@@ -67,9 +65,13 @@ def test_gsm8k_dapo_with_staleness(tmp_path):
     assert cfg.data.template == "Q: {question}\nA:" and cfg.rollout.stop == ["[Question]", "Question:", "Q:", "\n\n\n", "\n\n"]
     assert (cfg.rollout.top_p, cfg.rollout.top_k, cfg.rollout.n) == (0.95, 20, 8) and cfg.train.lr == 5e-6
     assert cfg.rollout.max_tokens_by_dataset == {"gsm8k": 512} and cfg.train.micro_batch_size == 64
-    # prompts_per_rollout_sync 128 / prompts_per_optim_step 64: weights every 2 steps (issue 23's key)
-    assert port.pending.get("sync.every_steps", (None,))[0] == 2 or cfg.sync.every_steps == 2
-    assert port.pending.get("train.adam_eps", (None,))[0] == 1e-4 or cfg.train.adam_eps == 1e-4
+    # prompts_per_rollout_sync 128 / prompts_per_optim_step 64: weights every 2 steps
+    assert cfg.sync.every_steps == 2 and cfg.train.adam_eps == 1e-4 and not port.pending
+    assert cfg.train.loss.ratio_to == "engine" and cfg.train.adv_std == "population"
+    # a key an older rlvr-train does not accept is pending: a --set line to add, not a key
+    old = port_config(their("qwen3-1.7B-gsm8k-dapo-lr5e6-stale2.yaml"), accepted=lambda key: key != "sync.every_steps")
+    assert old.pending == {"sync.every_steps": (2, PENDING)} and "#   --set sync.every_steps=2" in old.yaml()
+    assert "sync" not in old.config or "every_steps" not in old.config["sync"]
 
 
 def test_their_gradient_reduce_dtype_is_train_grad_reduce_dtype(tmp_path):
@@ -103,20 +105,20 @@ def test_mbpp_deepscaler_and_if_grpo_sft(tmp_path):
     port, ifsft = ported("qwen3-1.7B-if-grpo-sft.yaml", tmp_path)
     assert ifsft.data.dataset == "if_multi" and ifsft.data.template == "plain"
     assert ifsft.rollout.max_tokens_by_dataset == {"if_multi": 2048} and ifsft.train.loss.beta == 0.001
-    sft = {k[4:]: v for k, (v, _) in port.pending.items() if k.startswith("sft.")} or vars(ifsft.sft)
+    assert not port.pending
+    sft = vars(ifsft.sft)
     assert sft["data"] == "/efs/rlvr-experiments/data/ifeval_sft_20k_hardest.jsonl" and sft["weight"] == 1.0
     assert sft["micro_batch_size"] == 2 and sft["max_tokens"] == 2048
 
 
-def test_gkd_and_the_switch_to_issue_23_keys(tmp_path):
+def test_gkd_and_self_distillation(tmp_path):
     name = "qwen3-1.7B-gsm8k-gkd-only-4b-jsd01.yaml"
     port, cfg = ported(name, tmp_path)
     assert cfg.rollout.prompts_per_step == 64 and cfg.train.micro_batch_size == 16   # 512 completions / n 8
-    if "teacher.model" in port.pending:
-        assert port.pending["teacher.model"][0] == "/efs/rlvr-experiments/assets/hf/Qwen3-4B"
-        assert port.pending["train.distill.jsd_beta"][0] == 0.1 and port.warnings
-        assert "--set teacher.model=" in port.yaml()
-    # The day rlvr-train accepts every key (issue 23 merged), the same entries are written as keys:
+    assert not port.pending and not port.warnings
+    assert cfg.teacher.model == "/efs/rlvr-experiments/assets/hf/Qwen3-4B" and cfg.teacher.top_k == 20
+    assert (cfg.train.distill.weight, cfg.train.distill.only, cfg.train.distill.loss, cfg.train.distill.jsd_beta) == \
+        (1.0, True, "jsd", 0.1)
     every = port_config(their(name), accepted=lambda key: True)
     assert not every.pending and not every.warnings
     assert every.config["teacher"] == {"top_k": 20, "chat": True, "model": "/efs/rlvr-experiments/assets/hf/Qwen3-4B",
@@ -187,10 +189,90 @@ def test_sft_only_run(tmp_path):
         del cfg[key]
     port = port_config(cfg)
     assert not any(k.startswith("train.loss") for k in port.pending) and "dapo" not in port.config
-    if port.accepted("sft.only"):
-        assert port.config["sft"]["only"] is True
-    else:   # until then rlvr-train refuses it rather than train on its default dataset
-        assert port.pending["sft.only"][0] is True and port.config["data"]["dataset"] is None and port.warnings
+    assert port.config["sft"]["only"] is True and not port.pending and not port.warnings
+    old = port_config(cfg, accepted=lambda key: not key.startswith("sft."))   # an rlvr-train without SFT
+    assert old.pending["sft.only"][0] is True and old.config["data"]["dataset"] is None and old.warnings
     assert port_config(cfg, accepted=lambda key: True).config["sft"] == {
         "only": True, "micro_batch_size": 2, "max_tokens": 2048, "weight": 1.0,
         "data": "/efs/rlvr-experiments/data/ifeval_sft_20k_hardest.jsonl"}
+
+
+def test_no_loss_name_is_dr_grpo_with_c_2048(tmp_path):
+    """Their entry points build DrGRPOLoss(beta, eps=0.0, C=2048.0) when loss.name is absent:
+    mean-centred advantages (no std), the token sum over C = 2048, nothing clipped."""
+    cfg = their("qwen3-1.7B-deepscaler.yaml")
+    assert cfg["loss"] == {"name": "grpo", "beta": 0.001, "eps": 0.2}
+    cfg["loss"] = {"beta": 0.001}
+    path = tmp_path / "ours.yaml"
+    port = port_config(cfg, source="deepscaler")
+    path.write_text(port.yaml())
+    ours = load_config(TrainConfig, str(path), [])
+    check(ours)
+    loss = ours.train.loss
+    assert (loss.loss_type, loss.max_tokens, loss.beta, ours.train.scale_rewards) == ("dr_grpo", 2048, 0.001, "none")
+    assert loss.clip_low == 1.0 and loss.clip_high >= 1e9           # eps 0: the ratio is never clipped
+    assert ours.rollout.max_tokens_by_dataset == {"deepscaler": 1024}   # C stays 2048 whatever the length
+    entry = next(e for e in port.entries if e.their == "(their default) loss.name")
+    assert entry.kind == "mapped" and "train.loss.max_tokens" in entry.rlvr
+    cfg["loss"] = {"beta": 0.0, "C": 1024.0, "eps": 0.1}
+    loss = port_config(cfg).config["train"]["loss"]
+    assert (loss["loss_type"], loss["max_tokens"], loss["clip_low"], loss["clip_high"]) == ("dr_grpo", 1024, 0.1, 0.1)
+
+
+def test_tensorboard_becomes_a_tracker(tmp_path):
+    cfg = their("qwen3-1.7B-gsm8k-grpo-lr5e6.yaml")
+    metrics = cfg["roles"][0]["config"]["metrics"]
+    assert metrics["enable_tensorboard"] is False
+    off = port_config(cfg)
+    assert "log" not in off.config or not off.config["log"].get("trackers")
+    metrics["enable_tensorboard"] = True
+    port = port_config(cfg, source="their.yaml")
+    assert port.config["log"]["trackers"] == ["tensorboard"]
+    (tmp_path / "ours.yaml").write_text(port.yaml())
+    assert load_config(TrainConfig, str(tmp_path / "ours.yaml"), []).log.trackers == ["tensorboard"]
+    kinds = {e.their: e.kind for e in port.entries}
+    assert kinds["roles.trainer.config.metrics.enable_tensorboard"] == "mapped"
+    assert kinds["roles.trainer.config.metrics.save_tb_folder"] == "implied"
+
+
+def test_unknown_keys_warn_and_wrong_values_are_refused(tmp_path):
+    src = tmp_path / "their.yaml"
+    cfg = their("qwen3-1.7B-gsm8k-grpo-lr5e6.yaml")
+    cfg["training"]["warp_drive"] = 9
+    cfg["sampling"]["flux"] = {"level": 2}
+    src.write_text(yaml.safe_dump(cfg))
+    r = invoke("rlvr-port-config", [str(src)])
+    assert r.code == 0, r.stderr
+    warned = [ln for ln in r.stderr.splitlines() if "does not know" in ln]
+    assert sorted(warned) == [f"rlvr-port-config: warning: {src}: {key}: a key this port does not know; not ported"
+                              for key in ("sampling.flux.level", "training.warp_drive")]
+    assert "warp_drive" not in yaml.safe_dump(yaml.safe_load(r.stdout))   # a comment, not a key
+    for section, key, value, named in (
+            ("training", "max_steps", "abc", "training.max_steps (rlvr's train.steps): expected an integer"),
+            ("sampling", "temperature", "hot", "sampling.temperature"),
+            ("loss", "beta", "abc", "loss.beta: expected a number"),
+            ("training", "prompts_per_optim_step", [64], "training.prompts_per_optim_step: expected an integer"),
+            ("sampling", "n", "eight", "sampling.n: expected an integer")):
+        bad = their("qwen3-1.7B-gsm8k-grpo-lr5e6.yaml")
+        bad[section][key] = value
+        src.write_text(yaml.safe_dump(bad))
+        r = invoke("rlvr-port-config", [str(src)])
+        assert r.code == 3 and r.stdout == "", (key, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and f"{src}: {named}" in lines[0], (key, r.stderr)
+    ok = their("qwen3-1.7B-gsm8k-grpo-lr5e6.yaml")
+    ok["training"]["max_steps"] = None                        # null: as if absent, train until the data ends
+    assert port_config(ok).config["train"]["steps"] == 1_000_000
+    ok["roles"][0]["config"]["optimizer"]["lr"] = "5e-6"     # PyYAML's string for 5e-6 still reads as a number
+    assert port_config(ok).config["train"]["lr"] == 5e-6
+
+
+def test_system_prompt_with_and_without_a_chat_template():
+    cfg = their("qwen3-1.7B-gsm8k-grpo-lr5e6.yaml")
+    cfg["data_iter"].update(system_prompt="Be brief.", skip_chat_template=False)
+    port = port_config(cfg)
+    assert port.config["data"]["system"] == "Be brief." and port.config["data"]["chat"] is True
+    cfg["data_iter"]["skip_chat_template"] = True   # their loader writes it before the prompt text then
+    port = port_config(cfg)
+    assert "system" not in port.config["data"]
+    assert any(e.their == "data_iter.system_prompt" and e.kind == "unmapped" for e in port.entries)

@@ -54,9 +54,11 @@ HELP = with_examples(
     use a record's own `stop` and `max_tokens`); --assistant-prefix is appended to each
     prompt (a final assistant message with --chat). In these, \\n and \\t stand for a
     newline and a tab. --filter FIELD=V1,V2 keeps the records whose FIELD is one of the
-    values (MATH: level=3,4,5; APPS: difficulty=interview).
+    values (MATH: level=3,4,5; APPS: difficulty=interview); a filter that keeps no record
+    (difficulty=bogus) exits 2 naming the field, the value and the values the records have,
+    and a value among several that no record has is a warning on stderr.
     """,
-    """
+    r"""
 rlvr-data gsm8k --split test --source data/gsm8k/test.jsonl --limit 100
 rlvr-data math500 --source MATH-500/test.jsonl --template boxed
 rlvr-data gsm8k --shots 8 --seed 42 --source gsm8k/   # lm-eval's 8-shot gsm8k prompts (train from gsm8k/)

@@ -44,7 +44,9 @@ HELP = with_examples(
 
     --harness lm-eval runs lm-eval's own vLLM backend under the same template instead
     (OUT_DIR/<task>_<N>shot/; --harness-python PATH for a lm-eval in another virtualenv), on
-    the same rows and with the same checkpoint checks; with --jobs and --watch too.
+    the same rows and with the same checkpoint checks; with --jobs and --watch too. Each
+    task keeps its own length (max_gen_toks); completions cut there are counted
+    (hit_max_tokens in the result line and hit_max_tokens.json) with a warning.
 
     --harness olmes runs AllenAI's OLMES, its own command line from its own virtualenv
     (--harness-python, default /opt/olmes-venv/bin/python where it exists): each -b is a

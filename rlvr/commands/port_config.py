@@ -15,11 +15,13 @@ HELP = with_examples(
     Reads THEIR.yaml (a config of halflearned/rlvr-experiments: run, model, training,
     loss, data, data_iter, sampling, roles, sync ...) and writes the rlvr-train config on
     stdout. Every key of theirs is accounted for: mapped to rlvr keys of the same meaning,
-    implied (rlvr behaves so already), pending (an rlvr key designed in issue 23, such as
-    sync.every_steps, train.adam_eps, sft.* or teacher.*, that this rlvr-train does not
-    accept yet: written as a --set line to add once it does, and reported as "needs
-    issue-23 features"), or without an equivalent, with why. The output ends with that
-    account as YAML comments; stderr gets the counts and the pending keys.
+    implied (rlvr behaves so already), pending (an rlvr key, such as sync.every_steps,
+    train.adam_eps, sft.* or teacher.*, that this rlvr-train does not accept: written as a
+    --set line to add once it does), or without an equivalent, with why. The output ends
+    with that account as YAML comments; stderr gets the counts and the pending keys, and a
+    warning per key the port does not know (FILE: KEY PATH). Values are type-checked against
+    the rlvr keys they become: a wrong one (max_steps: abc) exits 3 with one line naming the
+    file, their key and the rlvr key.
 
     Their code's silent defaults are ported too: no loss.name means Dr. GRPO with C =
     2048; each dataset's max_completion_len overrides sampling.max_tokens

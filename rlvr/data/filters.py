@@ -6,7 +6,10 @@
 
 Values compare as text, case-insensitively, and a value written as a number also matches
 the dataset's "Level N" (MATH writes `level: "Level 3"`): `level: [3, 4, 5]` keeps Levels 3
-to 5. A field that no record of the dataset has is an error (a typo would keep nothing).
+to 5. A field that no record of the dataset has is an error (a typo would keep nothing), and so
+is a filter that keeps no record (`difficulty=bogus`): the message names the field, the values
+asked for and the values the records have. A value among several that matches no record
+(`difficulty=interview,bogus`) is a warning on stderr naming the same.
 Config form (rlvr-train `data.filters`): `{FIELD: [VALUES]}` for one dataset, or
 `{DATASET: {FIELD: [VALUES]}}` per dataset of a mixture.
 """
@@ -54,6 +57,7 @@ def compile_filters(spec: dict | None, dataset: str, where: str = "data.filters"
         return True
 
     keep.fields = list(wanted)  # type: ignore[attr-defined]
+    keep.wanted = wanted  # type: ignore[attr-defined]
     keep.dataset = dataset  # type: ignore[attr-defined]
     return keep
 
@@ -66,7 +70,29 @@ def apply(recs: list[dict], keep: Callable[[dict], bool] | None, where: str = "d
             known = sorted({k for r in recs[:50] for k in r if not k.startswith("_") and k not in ("prompt", "question")})
             raise ConfigError(f"{where}: {keep.dataset} records have no field {f!r} "  # type: ignore[attr-defined]
                               f"(fields: {', '.join(known)})")
-    return [r for r in recs if keep(r)]
+    kept = [r for r in recs if keep(r)]
+    if not recs:
+        return kept
+    for f, allowed in keep.wanted.items():  # type: ignore[attr-defined]
+        have = {_norm(r[f]) for r in recs if f in r}
+        missing = sorted(allowed - have)
+        if missing and (not kept or not allowed & have):
+            raise ConfigError(f"{where}: no {keep.dataset} record has {f} {', '.join(missing)}; "  # type: ignore[attr-defined]
+                              f"its values: {_listing(have)}")
+        if missing:
+            from rlvr.messages import warn
+
+            warn(f"{where}: no {keep.dataset} record has {f} {', '.join(missing)} "  # type: ignore[attr-defined]
+                 f"(its values: {_listing(have)}); kept {len(kept)} of {len(recs)}")
+    if not kept:
+        raise ConfigError(f"{where}: no {keep.dataset} record passes all of the filters "  # type: ignore[attr-defined]
+                          f"({'; '.join(f'{f}: ' + ', '.join(sorted(v)) for f, v in keep.wanted.items())})")
+    return kept
+
+
+def _listing(values: set[str], most: int = 20) -> str:
+    ordered = sorted(values, key=lambda v: (not v.isdigit(), int(v) if v.isdigit() else 0, v))
+    return ", ".join(ordered[:most]) + (f" ... ({len(ordered)} values)" if len(ordered) > most else "")
 
 
 def per_dataset(spec: dict | None, names: list[str], where: str = "data.filters") -> dict[str, dict]:

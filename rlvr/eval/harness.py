@@ -16,6 +16,11 @@ and the checkpoint goes through the same checks and shard-index repair
 (rlvr.engines.checkpoint.resolve). lm-eval may live in another interpreter
 (`python`, e.g. a virtualenv of its own); math_qwen's task folder imports rlvr, which is put
 on that interpreter's PYTHONPATH.
+
+lm-eval keeps only each completion's text; rlvr.eval.lm_eval_cli notes each one's finish reason
+and length (finish_reasons.jsonl in the run's folder), so that completions cut at the task's
+generation limit (max_gen_toks: gsm8k_cot 256) are counted, warned about and recorded in the
+result line and hit_max_tokens.json, as rlvr's own harness does.
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ from collections.abc import Callable
 import orjson
 
 from rlvr.errors import Failure, UsageError
+
+FINISH = "finish_reasons.jsonl"          # one line per completion: finish_reason, tokens, max_tokens
+LIMITS = "hit_max_tokens.json"           # the count of completions cut at the generation limit
 
 TEMPLATE = {"tensor_parallel_size": 1, "dtype": "bfloat16", "gpu_memory_utilization": 0.8, "max_model_len": 4096,
             "seed": 42}
@@ -142,6 +150,10 @@ def run_lm_eval(ckpt: str, out_root: str, name: str, shots: int | None = None, s
         env["HF_ALLOW_CODE_EVAL"] = "1"
     if std.warning:
         log(std.warning)
+    finish = os.path.join(out, FINISH)
+    if os.path.exists(finish):
+        os.remove(finish)
+    env["RLVR_LM_EVAL_FINISH"] = finish
     log("running " + " ".join(cmd))
     with open(os.path.join(out, "command.json"), "wb") as fh:
         fh.write(orjson.dumps({"argv": cmd, "env": {k: env[k] for k in ("HF_ALLOW_CODE_EVAL", "NLTK_DATA")
@@ -153,8 +165,34 @@ def run_lm_eval(ckpt: str, out_root: str, name: str, shots: int | None = None, s
     if not found:
         raise Failure(f"lm_eval wrote no results_*.json under {out}")
     results = orjson.loads(open(found[-1], "rb").read())
+    cut = generation_limits(finish)
+    with open(os.path.join(out, LIMITS), "wb") as fh:
+        fh.write(orjson.dumps(cut, option=orjson.OPT_INDENT_2))
+    if cut is None:
+        log(f"warning: {name}: lm-eval's completions could not be counted against the task's generation limit "
+            f"(no {FINISH}: this lm-eval's vLLM backend was not recognised)")
+    elif cut["completions"]:
+        limit = "/".join(str(m) for m in cut["max_tokens"])
+        log(f"warning: {name}: {cut['completions']} of {cut['of']} completions ({cut['fraction']:.1%}) stopped at "
+            f"the {limit}-token limit (the task's max_gen_toks); chain-of-thought answers cut there score as wrong "
+            f"(rlvr's own harness runs lm-eval's task with a longer one: rlvr-eval CKPT OUT -b {name} "
+            f"--max-tokens {name}=N)")
     return {"task": name, "num_fewshot": shots, "output": out, "results_file": found[-1],
-            "results": results.get("results", {})}
+            "results": results.get("results", {}), "max_tokens": cut["max_tokens"] if cut else None,
+            "hit_max_tokens": cut}
+
+
+def generation_limits(path: str) -> dict | None:
+    """How many of lm-eval's completions ended at their generation limit (finish reason
+    `length`), from the notes rlvr.eval.lm_eval_cli writes: {"completions", "of", "fraction",
+    "max_tokens": [the limits]}; None when there are none (a backend it does not wrap)."""
+    if not os.path.isfile(path):
+        return None
+    with open(path, "rb") as fh:
+        rows = [orjson.loads(ln) for ln in fh if ln.strip()]
+    n = sum(1 for r in rows if r.get("finish_reason") == "length")
+    return {"completions": n, "of": len(rows), "fraction": round(n / len(rows), 6) if rows else 0.0,
+            "max_tokens": sorted({r["max_tokens"] for r in rows if r.get("max_tokens") is not None})}
 
 
 # --------------------------------------------------------------------------- OLMES
