@@ -606,7 +606,7 @@ class Run:
             samples = last.get("samples/total", 0.0) + len(a.lengths)
             metrics = step_metrics(version, a, filled, m, self.times, self.faults, queue_depth=queue_depth,
                                    engines=len(self.engines), samples_total=samples,
-                                   elapsed=time.monotonic() - t_start)
+                                   elapsed=time.monotonic() - t_start, warn=log)
             metrics["sync/engine_version"] = float(self.synced_version)
             if self.distill is not None:
                 metrics.update(self.distill.metrics)
