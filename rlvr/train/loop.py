@@ -494,6 +494,9 @@ class Run:
                     self._validation_start(start_step, traces)
                 last = self._loop(pool, traces, start_step, uploader)
                 if self.validation is not None:
+                    step = last.get("step")
+                    if step and self.validation.due(step, last=True) and self.synced_version != step:
+                        self._sync(step, wait=True)   # the data ran out at a step sync.every_steps skips
                     self.validation.finish(traces, last.get("step"), last.get("samples/total", 0.0),
                                            last.get("time/elapsed_s", 0.0))
                 return last
@@ -551,7 +554,8 @@ class Run:
         resumed run whose last validation did not finish)."""
         v = self.validation
         v.attach(lambda: list(self.engines), self.tokenizer, self._engine_options(),
-                 self.max_prompt_len + self.cfg.rollout.max_tokens, on_done=lambda e: self.last_done.__setitem__(e, time.monotonic()))
+                 self.max_prompt_len + self.cfg.rollout.max_tokens, on_done=lambda e: self.last_done.__setitem__(e, time.monotonic()),
+                 min_version=lambda: self.synced_version if self._in_flight() else None)
         if v.due(start_step) and not v.done(start_step):
             v.start(start_step)
 
@@ -599,7 +603,8 @@ class Run:
             self.times.train = time.monotonic() - t0
             version = self.trained_version = step + 1
             self.schedule.trained(rounds)
-            if version % cfg.sync.every_steps == 0:  # sync.every_steps k: the engines skip k - 1 versions
+            # sync.every_steps k: the engines skip k - 1 versions, never one that is validated
+            if version % cfg.sync.every_steps == 0 or (self.validation is not None and self.validation.due(version)):
                 self.sync_verified = None
                 self.times.sync = self._sync(version, wait=(cfg.train.max_staleness == 0))
             self.times.step = time.monotonic() - t_step
