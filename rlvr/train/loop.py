@@ -770,20 +770,26 @@ class Run:
         self.engines, self.trainers, self.groups = [], [], []
 
     def _drain(self, skip: int) -> None:
-        """Before a broadcast group is rebuilt: let every other engine finish the generate calls
-        queued on it (their results wait in Ray until collected), so that each joins the new
-        group at once instead of leaving the others in vLLM's rendezvous, which times out."""
+        """Before a broadcast group is rebuilt: let every other engine finish the calls queued
+        on it -- rollouts, validations, a policy teacher's scoring (their results wait in Ray
+        until collected) -- so that each joins the new group at once instead of leaving the
+        others in vLLM's rendezvous, which times out."""
         import ray
 
         refs = {c.ref: c.engine for c in self.outstanding if c.engine != skip and c.actor is self.engines[c.engine]}
+        index = {id(a): e for e, a in enumerate(self.engines)}
+        for side in (self.validation, self.distill):
+            for ref, actor in (side.outstanding() if side is not None else []):
+                if index.get(id(actor), skip) != skip:
+                    refs[ref] = index[id(actor)]
         if not refs:
             return
         limit = self.cfg.sync.generate_timeout_s
-        log(f"waiting for {len(refs)} queued generate call(s) before the weight-transfer group is rebuilt")
+        log(f"waiting for {len(refs)} queued engine call(s) before the weight-transfer group is rebuilt")
         _, late = ray.wait(list(refs), num_returns=len(refs), timeout=limit)
         if late:
             raise Failure(f"engine(s) {', '.join(str(e) for e in sorted({refs[r] for r in late}))} did not finish "
-                          f"their queued generation within {limit:.0f}s (sync.generate_timeout_s), so the "
+                          f"their queued calls within {limit:.0f}s (sync.generate_timeout_s), so the "
                           "weight-transfer group cannot be rebuilt")
 
     def _restart_engine(self, e: int, why: str) -> None:

@@ -79,6 +79,7 @@ class ActorEngine:
         self.sent = threading.Event()
         self.versions: set = set()
         self.engine_seconds = 0.0      # what the engines spent generating these requests
+        self.open: dict = {}           # calls sent and not yet answered: ref -> engine actor
 
     def stream(self, requests, sampling):
         import ray
@@ -101,12 +102,14 @@ class ActorEngine:
                     [list(s.stop_token_ids) for s in own], self.min_version,
                     lengths if any(n != sampling.max_tokens for n in lengths) else None)
                 calls[ref] = (e, part)
+                self.open[ref] = self.actors[e]
         finally:
             self.sent.set()
         pending = list(calls)
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
             e, part = calls[ready[0]]
+            self.open.pop(ready[0], None)
             try:
                 res = ray.get(ready[0])
             except ray.exceptions.RayError as ex:
@@ -135,6 +138,7 @@ class Pending:
     elapsed: float
     started: float
     threads: dict = field(default_factory=dict)     # benchmark -> Thread
+    engines: list = field(default_factory=list)     # their ActorEngines
     results: dict = field(default_factory=dict)     # benchmark -> summary dict or an exception
 
 
@@ -214,6 +218,7 @@ class Validation:
             eng = ActorEngine(self.engines(), self.tokenizer, self.opts.max_model_len, version, self.on_done,
                               self.min_version())
             engines.append(eng)
+            p.engines.append(eng)
             out = os.path.join(val_dir(self.run_dir, step), leaf(b, self.opts))
             th = threading.Thread(target=self._one, args=(p, b, recs, out, eng), name=f"rlvr-val-{b}", daemon=True)
             p.threads[b] = th
@@ -225,6 +230,10 @@ class Validation:
                 self.log(f"validation at step {step}: its requests were not all sent in {SUBMIT_TIMEOUT_S:.0f}s; "
                          "later weights may serve some of them")
                 break
+
+    def outstanding(self) -> list:
+        """(ref, engine actor) of the validation calls still queued on the engines."""
+        return [item for p in list(self.pending) for eng in p.engines for item in dict(eng.open).items()]
 
     def _checkpoint_name(self, step: int) -> str:
         from rlvr.runs import checkpoint_dir
