@@ -445,7 +445,7 @@ class PolicyTrainer:
             self._backwards_left = len(plan) + extra_losses.micro_batch_count(extras, u % len(minis), len(minis),
                                                                               self.world, self.rank)
             t0 = self._clock()
-            for j, part in enumerate(plan):
+            for part in plan:
                 if u < len(minis) and part:                   # padding: tokens computed / tokens real
                     real = sum(len(batch.prompt_ids[i]) + len(batch.completion_ids[i]) for i in part)
                     real_tokens += real
