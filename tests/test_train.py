@@ -79,6 +79,13 @@ def test_tiny_run_learns_through_vllm(ray_session, base_model, tmp_path):
     for k in PINNED:
         assert k in rows[0], k
     assert all(r["staleness/max"] == 0 for r in rows)
+    for r in rows:   # where a step's time went
+        phases = ("time/trainer_pi_old_s", "time/trainer_fwd_bwd_s", "time/trainer_optimizer_s")
+        assert r["time/trainer_fwd_bwd_s"] > 0 and r["time/trainer_optimizer_s"] > 0 and r["time/trainer_pi_old_s"] >= 0
+        assert sum(r[k] for k in phases) <= r["time/train_s"], r   # inside the driver's wait for the trainer
+        assert r["idle/trainer_s"] == max(0.0, r["time/step_s"] - r["time/train_s"]) > 0
+        # synchronous: both engines wait while the trainer trains (and the weights go out)
+        assert 2 * r["time/step_s"] >= r["idle/engines_s"] >= 2 * (r["time/train_s"] + r["time/sync_s"]), r
     assert killed and rows[-1]["faults/engine_restarts"] >= 1
     # every broadcast: both engines received exactly the bytes of the trainer's weights after its step
     assert all(r["sync/verified_engines"] == 2 for r in rows), [r.get("sync/verified_engines") for r in rows]

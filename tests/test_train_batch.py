@@ -118,3 +118,30 @@ def test_bad_dapo_settings(bad):
 
     with pytest.raises(ConfigError):
         check(load_config(TrainConfig, None, [bad]))
+
+
+def test_verifier_errors_are_counted_and_named_once():
+    from rlvr.train.batch import Assembled, Filled
+    from rlvr.train.metrics import Faults, StepTimes, step_metrics
+
+    def judged(i, statuses):
+        g = group(i, [1.0 if s == "correct" else 0.0 for s in statuses])
+        g.verified["verdicts"] = [{"status": s, "extracted": None, **({"error": f"ZeroDivisionError: case {i}"}
+                                                                        if s == "error" else {})} for s in statuses]
+        return g
+
+    faults, warned = Faults(), []
+
+    def line(groups):
+        filled = Filled(groups, groups)
+        a = Assembled(None, None, None, [3] * 4 * len(groups), 0, [0] * 4 * len(groups), [])
+        return step_metrics(1, a, filled, {}, StepTimes(step=1.0), faults, queue_depth=0, engines=1,
+                            samples_total=0.0, elapsed=1.0, warn=warned.append)
+
+    m = line([judged(0, ["correct", "wrong", "correct", "wrong"])])
+    assert m["verify/errors"] == 0.0 and m["faults/verifier_errors"] == 0.0 and not warned
+    m = line([judged(1, ["correct", "error", "error", "wrong"]), judged(2, ["error", "wrong", "wrong", "wrong"])])
+    assert m["verify/errors"] == 3.0 and m["faults/verifier_errors"] == 3.0
+    assert len(warned) == 1 and "'p1'" in warned[0] and "ZeroDivisionError: case 1" in warned[0]
+    m = line([judged(3, ["error", "correct", "wrong", "wrong"])])
+    assert m["verify/errors"] == 1.0 and m["faults/verifier_errors"] == 4.0 and len(warned) == 1   # once a run

@@ -113,3 +113,38 @@ def test_trainer_death_fails_clearly_and_keeps_the_last_checkpoint(ray_session, 
     step, ck = latest_checkpoint(str(tmp_path))
     assert step >= 2 and os.path.exists(os.path.join(ck, "model.safetensors"))
     assert orjson.loads((tmp_path / "run.json").read_bytes())["status"] == "failed"
+
+
+def test_a_group_rebuild_drains_validation_and_teacher_calls_too(monkeypatch):
+    """Before a broadcast group is rebuilt for a restarted engine, the driver waits for every
+    call queued on the other current engines: rollouts, validations and a policy teacher's
+    scoring (else an engine still busy leaves the others in vLLM's rendezvous)."""
+    from types import SimpleNamespace
+
+    import ray
+
+    from rlvr.errors import Failure
+    from rlvr.train.loop import Chunk, Run
+
+    engines, retired = [object() for _ in range(3)], object()
+    waited, late = [], []
+
+    def wait(refs, num_returns, timeout):
+        waited.append(sorted(refs))
+        return [r for r in refs if r not in late], [r for r in refs if r in late]
+
+    monkeypatch.setattr(ray, "wait", wait)
+    run = SimpleNamespace(
+        engines=engines, cfg=SimpleNamespace(sync=SimpleNamespace(generate_timeout_s=30.0)),
+        outstanding={Chunk(0, "rollout-0", [], 0.0, engines[0]), Chunk(1, "rollout-1", [], 0.0, engines[1])},
+        validation=SimpleNamespace(outstanding=lambda: [("val-2", engines[2]), ("val-0", engines[0]),
+                                                        ("val-old", retired)]),
+        distill=SimpleNamespace(outstanding=lambda: [("score-1", engines[1])]))
+    Run._drain(run, 0)      # engine 0 restarts: its own calls and those of a retired actor are not waited for
+    assert waited == [["rollout-1", "score-1", "val-2"]]
+    late.append("val-2")
+    with pytest.raises(Failure, match=r"engine\(s\) 2 did not finish their queued calls"):
+        Run._drain(run, 1)
+    run.validation = run.distill = None
+    Run._drain(run, 1)
+    assert waited[-1] == ["rollout-0"]

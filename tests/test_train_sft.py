@@ -87,6 +87,8 @@ def test_grpo_with_sft_every_other_sync_and_the_users_knobs(ray_session, base_mo
     (["train.ref_sync_every=5"], "train.ref_sync_every re-syncs the KL reference, which exists only with "
                                  "train.loss.beta > 0"),
     (["sft.only=true"], "sft.only needs sft.data"),
+    (["sft.only=true", "sft.data=s.jsonl", "eval.benchmarks=[toy]"],
+     "eval.benchmarks: validation runs on the rollout engines, which sft.only does not start"),
     (["train.loss.ratio_to=behaviour"], "train.loss.ratio_to: expected one of trainer, engine"),
     (["train.dtype=half"], "train.dtype: expected one of auto"),
     (["compat=titan"], "compat: expected one of none, torchtitan"),

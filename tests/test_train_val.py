@@ -1,6 +1,8 @@
 """Validation inside training on the tiny model (hf engine): val/ metrics and completions equal
 rlvr-eval's on the same checkpoint with the same settings; the run's trackers (those installed)
-mirror the trace, validation lines included; which steps are validated, and what a resume keeps."""
+mirror the trace, validation lines included; a validated step is synced to the engines whatever
+sync.every_steps, and its line names the weights that generated it; which steps are validated,
+and what a resume keeps."""
 
 from __future__ import annotations
 
@@ -30,17 +32,21 @@ def test_validation_equals_rlvr_eval_and_reaches_the_trackers(ray_session, base_
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     names = [t for t in TRACKERS if installed(t)]
     run_dir = tmp_path / "run"
-    cfg = cfg_for(base_model, *SMALL, "train.steps=2", "train.max_staleness=1", *EVAL,
-                  f"log.trackers=[{','.join(names)}]")
+    # sync.every_steps 2 would leave the engines at version 0 for step 1: a validated step is synced all the same
+    cfg = cfg_for(base_model, *SMALL, "train.steps=2", "train.max_staleness=1", *EVAL, "eval.every=1",
+                  "sync.every_steps=2", f"log.trackers=[{','.join(names)}]")
     run(cfg, run_dir)
     rows = trace(run_dir)
     train_rows = [r for r in rows if "reward/mean" in r]
     val_rows = {r["step"]: r for r in rows if "val/toy/accuracy" in r}
     assert [r["step"] for r in train_rows] == [1, 2]
-    assert sorted(val_rows) == [0, 2]                 # before training, and every 2 steps (the last)
+    assert [r["sync/engine_version"] for r in train_rows] == [1, 2]
+    assert sorted(val_rows) == [0, 1, 2]              # before training, and every step
     for step, row in val_rows.items():
         s = orjson.loads((run_dir / "val" / f"step_{step:06d}" / LEAF / "summary.json").read_bytes())
         assert row["val/toy/accuracy"] == s["metrics"]["accuracy"] and s["policy_version"] == step
+        assert row["policy_version"] == row["val/policy_version_max"] == step and s["policy_versions"] == [step]
+        assert "warning" not in s
         assert s["settings"]["sampling"]["temperature"] == 1.0 and s["settings"]["sampling"]["seed"] == 42
         assert row["val/toy/pass@4"] == s["metrics"]["pass@4"]
         recs = load(run_dir / "val" / f"step_{step:06d}" / LEAF / "completions.jsonl")
@@ -108,6 +114,24 @@ def test_which_steps_are_validated_and_what_a_resume_keeps(tmp_path):
     with pytest.raises(ConfigError, match="toy generates up to 32 tokens"):
         Validation(EvalConfig(benchmarks=["toy"]), str(tmp_path), engine="hf", dtype="float32", max_model_len=32,
                    verify_jobs=1, total_steps=7, base_model="base", log=print)
+
+
+def test_a_validation_line_names_the_weights_that_generated_it(tmp_path):
+    from rlvr.train.config import EvalConfig
+    from rlvr.train.validation import Pending, Validation
+
+    logged = []
+    v = Validation(EvalConfig(benchmarks=["toy"], limit=3), str(tmp_path), engine="hf", dtype="float32",
+                   max_model_len=256, verify_jobs=1, total_steps=7, base_model="base", log=logged.append)
+    p = Pending(3, 96.0, 10.0, 0.0, results={"toy": {"metrics": {"accuracy": 0.5}, "policy_versions": [3]}})
+    line = v._line(p)
+    assert line["policy_version"] == 3 and line["val/policy_version_max"] == 3.0
+    assert not [m for m in logged if "warning" in m]
+    # in flight: the update of step 4 landed while the validation of step 3 generated
+    p.results["toy"]["policy_versions"] = [3, 4]
+    line = v._line(p)
+    assert line["step"] == 3 and line["policy_version"] == 3 and line["val/policy_version_max"] == 4.0
+    assert line["val/toy/accuracy"] == 0.5 and [m for m in logged if "warning" in m and "version(s) [3, 4]" in m]
 
 
 def test_eval_section_errors_exit_2():

@@ -1,11 +1,13 @@
 """Data-parallel FSDP trainer ranks (gloo on CPU): two ranks compute the same gradient as one
 process on the whole batch (an SFT and a distillation loss beside it included; gradients accumulated over
-micro-batches without a reduce in between), a two-rank checkpoint is a plain Hugging Face folder,
+micro-batches without a reduce in between: one reduce-scatter per update, counted), gradients
+reduced in bfloat16 (train.grad_reduce_dtype), float16 with a sharded loss scaler, a two-rank checkpoint is a plain Hugging Face folder,
 and in bf16 one rank computes the same log-probs as two (logprob/engine_vs_trainer_abs_diff is
 the same for 1 and 2 ranks)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 
@@ -60,20 +62,79 @@ def grads_of(t: PolicyTrainer) -> dict[str, torch.Tensor]:
     return out
 
 
+def _count_reductions() -> list:
+    """Record each FSDP reduce-scatter (one per parameter group and synced backward) as the
+    dtype it reduces in."""
+    import inspect
+
+    import torch.distributed.fsdp._fully_shard._fsdp_param_group as pg
+
+    seen: list = []
+    real = pg.foreach_reduce
+    sig = inspect.signature(real)
+
+    def counted(*a, **k):
+        args = sig.bind(*a, **k).arguments
+        seen.append(args["reduce_dtype"] or args["unsharded_grads"][0].dtype)
+        return real(*a, **k)
+
+    pg.foreach_reduce = counted
+    return seen
+
+
+def fsdp_groups(t: PolicyTrainer) -> int:
+    from torch.distributed.fsdp import FSDPModule
+
+    return sum(isinstance(m, FSDPModule) for m in t.model.modules())
+
+
 def _rank(rank, world, port, model, outdir, beh):
     import torch.distributed as dist
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    reductions = _count_reductions()
     m = PolicyTrainer(model, bf16_cfg(), max_tokens=8, total_steps=4, rank=rank, world=world).step(
         Batch(P16, C16, ADV, beh))
     torch.save(m, os.path.join(outdir, f"bf16_rank{rank}.pt"))
     t = PolicyTrainer(model, cfg(), max_tokens=8, total_steps=4, rank=rank, world=world)
     t.opt.step = lambda: None  # keep the gradient to compare
+    reductions.clear()
     t.step(batch())
     g = grads_of(t)
+    # RL, SFT and distillation micro-batches of each of the 3 updates accumulate unsharded
+    # gradients; only the last backward of an update reduce-scatters them, once per FSDP group
+    counts = {"fp32": len(reductions), "updates": 3 * fsdp_groups(t)}
+    # the SFT loss alone (sft.only): its micro-batches likewise reduce once per update
+    reductions.clear()
+    sft_only = batch()
+    sft_only = Batch([], [], [], [], [], extras={"sft": dataclasses.replace(sft_only.extras["sft"], micro_batch_size=1)})
+    t.cfg = dataclasses.replace(t.cfg, mini_batches=1)   # one update: 2 micro-batches a rank
+    t.step(sft_only)
+    counts["sft_only"] = len(reductions)
+    t.cfg = cfg()
+    # train.grad_reduce_dtype bfloat16: gradients accumulated and reduce-scattered in bf16
+    b = PolicyTrainer(model, dataclasses.replace(cfg(), grad_reduce_dtype="bfloat16"), max_tokens=8, total_steps=4,
+                      rank=rank, world=world)
+    b.opt.step = lambda: None
+    reductions.clear()
+    b.step(batch())
+    counts["bf16_dtypes"] = sorted({str(d) for d in reductions})
+    counts["bf16_reductions"] = len(reductions)
+    gb = grads_of(b)
+    # float16 compute on several ranks: ShardedGradScaler scales the loss; the ranks agree on the update
+    h = PolicyTrainer(model, dataclasses.replace(cfg(), dtype="float16"), max_tokens=8, total_steps=4,
+                      rank=rank, world=world)
+    before = {n: p.detach().to_local().clone() for n, p in h.model.named_parameters()}   # this rank's shards
+    hm = h.step(batch())
+    after = {n: p.detach().to_local() for n, p in h.model.named_parameters()}
+    counts["fp16"] = {"loss_scale": hm["precision/loss_scale"], "skipped": hm["precision/skipped_updates"],
+                      "changed": sum(not torch.equal(before[n], after[n]) for n in before),
+                      "finite": all(bool(torch.isfinite(v).all()) for v in after.values())}
     if rank == 0:
         torch.save(g, os.path.join(outdir, "grads.pt"))
+        torch.save(gb, os.path.join(outdir, "grads_bf16.pt"))
+    torch.save(counts, os.path.join(outdir, f"counts_rank{rank}.pt"))
     t.opt.step = type(t.opt).step.__get__(t.opt)
     t.step(batch())
     # the weights a broadcast sends: gathered by every rank first, kept by rank 0 only
@@ -110,6 +171,19 @@ def test_two_ranks_match_one_process(tmp_path):
     assert set(one) == set(two)
     for name, g in one.items():
         assert torch.allclose(g, two[name], rtol=1e-4, atol=1e-7), name
+    for r in range(2):
+        c = torch.load(tmp_path / f"counts_rank{r}.pt")
+        assert c["updates"] >= 3 and c["fp32"] == c["updates"], c      # one reduce-scatter per update and group
+        assert c["sft_only"] == c["updates"] // 3, c                   # one update of 2 SFT micro-batches a rank
+        assert c["bf16_dtypes"] == ["torch.bfloat16"] and c["bf16_reductions"] == c["updates"], c
+        f16 = c["fp16"]
+        # the scaler starts at 2**16: an overflowing update is skipped on both ranks and the scale halved
+        assert f16["skipped"] < 3 and f16["loss_scale"] == 2.0 ** 16 / 2 ** f16["skipped"], f16
+        assert f16["changed"] > 10 and f16["finite"], f16
+    bf16 = torch.load(tmp_path / "grads_bf16.pt")
+    for name, g in one.items():   # the same gradient at bf16's precision
+        assert float((bf16[name] - g).norm()) <= 2e-2 * float(g.norm()), name
+    assert any(not torch.equal(bf16[n], two[n]) for n in two)         # reduced in bf16, not fp32
     wire = torch.load(tmp_path / "wire.pt")
     assert "lm_head.weight" not in wire["names"] and wire["same"] == wire["names"] and len(wire["names"]) > 10
     # the two-rank checkpoint: an HF folder, optimizer shards, trainer_state.pt last

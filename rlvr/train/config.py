@@ -327,8 +327,8 @@ class SyncConfig:
     """Bucket size of the nccl/gloo broadcast in MiB (vLLM's NCCL transport keeps two in flight); null: 512 MiB
     or the largest tensor if larger (the embedding: 594 MiB at Qwen3-1.7B), so every tensor fits one bucket."""
     every_steps: int = 1
-    """Send the weights to the engines after every k-th step only (the engines hold version v - v mod k);
-    needs train.max_staleness >= k - 1."""
+    """Send the weights to the engines after every k-th step only (the engines hold version v - v mod k),
+    and after a validated step; needs train.max_staleness >= k - 1."""
 
 
 @dataclass
@@ -645,6 +645,9 @@ def _check_modes(cfg: TrainConfig) -> list[str]:
                           f"{t.max_staleness})")
     if sft.data is None and sft.only:
         raise ConfigError("sft.only needs sft.data (a JSONL file of {prompt, completion} records)")
+    if sft.only and cfg.eval.benchmarks:
+        raise ConfigError("eval.benchmarks: validation runs on the rollout engines, which sft.only does not start; "
+                          "drop the eval section and run rlvr-eval on the checkpoints")
     if sft.data is not None:
         if not sft.weight > 0 or sft.micro_batch_size < 1 or (sft.batch_size or 1) < 1 or (sft.max_tokens or 1) < 1 \
                 or (sft.epochs or 1) < 1:

@@ -225,6 +225,7 @@ class Distiller:
         self.where: dict[int, dict] = {}        # id(actor) -> its placement at start (rlvr.train.actors.retire)
         self.max_len = None                     # the teacher's context (prompt + completion)
         self.metrics: dict = {}                 # the last step's, for the trace
+        self.open: dict = {}                    # scoring calls not yet collected: ref -> engine actor
         self.shown: dict[int, str] = {}         # id(group) -> the teacher prompt of its sample 0, last step
         self.restarts = 0
         self.fields = template_fields(self.te.template) if self.te.template is not None else set()
@@ -414,6 +415,7 @@ class Distiller:
             actors = run.engines if self.self_teacher else self.actors
             refs = {e: actors[e].score.remote([prompts[i] for i in idx], [comps[i] for i in idx], self.te.top_k)
                     for e, idx in shares.items()}
+            self.open = {ref: actors[e] for e, ref in refs.items()}
             failed = {}
             for e, ref in refs.items():
                 try:
@@ -427,13 +429,20 @@ class Distiller:
                 except ray.exceptions.RayTaskError as ex:
                     cause = str(ex).strip().splitlines()[-1][:300] if str(ex).strip() else type(ex).__name__
                     raise Failure(f"step {step + 1}: the teacher could not score: {cause}") from None
+                self.open.pop(ref, None)   # answered (a failed engine's call goes with its restart)
                 versions.append(topk.version)
                 for j, i in enumerate(shares[e]):
                     rows[i] = topk.rows(j)
             for e, why in failed.items():
                 self._restart(run, e, why)
+            self.open = {}
             shares = {e: shares[e] for e in failed}
         return rows, versions
+
+    def outstanding(self) -> list:
+        """(ref, engine actor) of the policy teacher's scoring calls still queued on the rollout
+        engines (a restart mid-scoring drains them before a broadcast group is rebuilt)."""
+        return list(self.open.items()) if self.self_teacher else []
 
     def _restart(self, run, e: int, why: str) -> None:
         if self.self_teacher:

@@ -80,6 +80,16 @@ def _shape(eb: ExtraBatch, part: list[int], device) -> torch.Tensor:
     return torch.empty((n, length), device=device)
 
 
+def micro_batch_count(extras: dict[str, ExtraBatch], j: int, k: int, world: int, rank: int) -> int:
+    """How many backward passes backward() runs for mini-batch j of k on this rank (every rank
+    runs as many)."""
+    n = 0
+    for eb in extras.values():
+        mini = split(len(eb), k)[j]
+        n += len(plan([mini[r::world] for r in range(world)], max(1, eb.micro_batch_size), rank))
+    return n
+
+
 def backward(trainer, extras: dict[str, ExtraBatch], j: int, k: int, n_updates: int, acc: dict) -> None:
     """Mini-batch j of k of every extra loss: forward, loss, weighted backward (the gradient adds
     to the RL loss's). Its metrics, like its loss, are each micro-batch's share of the

@@ -494,6 +494,9 @@ class Run:
                     self._validation_start(start_step, traces)
                 last = self._loop(pool, traces, start_step, uploader)
                 if self.validation is not None:
+                    step = last.get("step")
+                    if step and self.validation.due(step, last=True) and self.synced_version != step:
+                        self._sync(step, wait=True)   # the data ran out at a step sync.every_steps skips
                     self.validation.finish(traces, last.get("step"), last.get("samples/total", 0.0),
                                            last.get("time/elapsed_s", 0.0))
                 return last
@@ -551,7 +554,8 @@ class Run:
         resumed run whose last validation did not finish)."""
         v = self.validation
         v.attach(lambda: list(self.engines), self.tokenizer, self._engine_options(),
-                 self.max_prompt_len + self.cfg.rollout.max_tokens, on_done=lambda e: self.last_done.__setitem__(e, time.monotonic()))
+                 self.max_prompt_len + self.cfg.rollout.max_tokens, on_done=lambda e: self.last_done.__setitem__(e, time.monotonic()),
+                 min_version=lambda: self.synced_version if self._in_flight() else None)
         if v.due(start_step) and not v.done(start_step):
             v.start(start_step)
 
@@ -599,14 +603,15 @@ class Run:
             self.times.train = time.monotonic() - t0
             version = self.trained_version = step + 1
             self.schedule.trained(rounds)
-            if version % cfg.sync.every_steps == 0:  # sync.every_steps k: the engines skip k - 1 versions
+            # sync.every_steps k: the engines skip k - 1 versions, never one that is validated
+            if version % cfg.sync.every_steps == 0 or (self.validation is not None and self.validation.due(version)):
                 self.sync_verified = None
                 self.times.sync = self._sync(version, wait=(cfg.train.max_staleness == 0))
             self.times.step = time.monotonic() - t_step
             samples = last.get("samples/total", 0.0) + len(a.lengths)
             metrics = step_metrics(version, a, filled, m, self.times, self.faults, queue_depth=queue_depth,
                                    engines=len(self.engines), samples_total=samples,
-                                   elapsed=time.monotonic() - t_start)
+                                   elapsed=time.monotonic() - t_start, warn=log)
             metrics["sync/engine_version"] = float(self.synced_version)
             if self.distill is not None:
                 metrics.update(self.distill.metrics)
@@ -765,20 +770,26 @@ class Run:
         self.engines, self.trainers, self.groups = [], [], []
 
     def _drain(self, skip: int) -> None:
-        """Before a broadcast group is rebuilt: let every other engine finish the generate calls
-        queued on it (their results wait in Ray until collected), so that each joins the new
-        group at once instead of leaving the others in vLLM's rendezvous, which times out."""
+        """Before a broadcast group is rebuilt: let every other engine finish the calls queued
+        on it -- rollouts, validations, a policy teacher's scoring (their results wait in Ray
+        until collected) -- so that each joins the new group at once instead of leaving the
+        others in vLLM's rendezvous, which times out."""
         import ray
 
         refs = {c.ref: c.engine for c in self.outstanding if c.engine != skip and c.actor is self.engines[c.engine]}
+        index = {id(a): e for e, a in enumerate(self.engines)}
+        for side in (self.validation, self.distill):
+            for ref, actor in (side.outstanding() if side is not None else []):
+                if index.get(id(actor), skip) != skip:
+                    refs[ref] = index[id(actor)]
         if not refs:
             return
         limit = self.cfg.sync.generate_timeout_s
-        log(f"waiting for {len(refs)} queued generate call(s) before the weight-transfer group is rebuilt")
+        log(f"waiting for {len(refs)} queued engine call(s) before the weight-transfer group is rebuilt")
         _, late = ray.wait(list(refs), num_returns=len(refs), timeout=limit)
         if late:
             raise Failure(f"engine(s) {', '.join(str(e) for e in sorted({refs[r] for r in late}))} did not finish "
-                          f"their queued generation within {limit:.0f}s (sync.generate_timeout_s), so the "
+                          f"their queued calls within {limit:.0f}s (sync.generate_timeout_s), so the "
                           "weight-transfer group cannot be rebuilt")
 
     def _restart_engine(self, e: int, why: str) -> None:

@@ -1,7 +1,7 @@
 """What a step writes: the metrics line of traces/trace.jsonl and its rollout records.
 
 Metric names are namespaced: reward/, loss/, clip/, completions/, time/, throughput/,
-staleness/, sync/, queue/, idle/, faults/, sampling/ (dynamic sampling), dapo/ (overlong punishment),
+staleness/, sync/, queue/, idle/, faults/, verify/ (verifier errors), sampling/ (dynamic sampling), dapo/ (overlong punishment),
 thinking/ (answer-only judging: closed share, thinking and answer lengths; only when
 verdicts were judged that way, rlvr.verification.thinking).
 """
@@ -9,9 +9,12 @@ verdicts were judged that way, rlvr.verification.thinking).
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from rlvr.messages import say
 
 
 @dataclass
@@ -52,10 +55,28 @@ def group_outcome(g) -> str:
     return "all_correct" if all(ok) else "all_wrong" if not any(ok) else "mixed"
 
 
+def verifier_errors(drawn, faults: Faults, warn: Callable[[str], None]) -> int:
+    """How many of the step's verdicts are verifier errors (status "error": the sample gets the
+    error reward, 0 by default, though nobody judged it). faults counts them over the run; the
+    first one of the run is named in a warning."""
+    errors = [(g, v) for g in drawn for v in (g.verified or {}).get("verdicts") or []
+              if isinstance(v, dict) and v.get("status") == "error"]
+    if errors and not faults["verifier_errors"]:
+        g, v = errors[0]
+        why = str(v.get("error") or "no message").strip().splitlines()
+        warn(f"warning: the verifier failed on a completion of prompt {g.verified.get('id')!r} "
+             f"(dataset {g.verified.get('dataset') or 'unknown'}): {why[-1][:300] if why else 'no message'}; "
+             "such samples get the error reward (verify/errors in the trace counts them; this warning is shown once)")
+    faults.add("verifier_errors", len(errors))
+    return len(errors)
+
+
 def step_metrics(version: int, a, filled, trainer: dict, times: StepTimes, faults: Faults, *,
-                 queue_depth: int, engines: int, samples_total: float, elapsed: float) -> dict:
+                 queue_depth: int, engines: int, samples_total: float, elapsed: float,
+                 warn: Callable[[str], None] = say) -> dict:
     """One line of trace.jsonl. a: rlvr.train.batch.Assembled; filled: rlvr.train.batch.Filled."""
     drawn = filled.drawn
+    n_errors = verifier_errors(drawn, faults, warn)
     all_rewards = [x for g in drawn for x in g.rewards]
     zero = [not g.informative for g in drawn]
     m = {
@@ -103,6 +124,8 @@ def step_metrics(version: int, a, filled, trainer: dict, times: StepTimes, fault
         "faults/requeued_prompts": float(faults["requeued_prompts"]),
         "faults/dropped_prompts": float(faults["dropped_prompts"]),
         "faults/failed_prompts": float(faults["failed_prompts"]),
+        "verify/errors": float(n_errors),
+        "faults/verifier_errors": float(faults["verifier_errors"]),
         "sampling/rounds": float(filled.rounds),
         "sampling/groups_drawn": float(len(drawn)),
         "sampling/groups_filtered": float(filled.filtered),

@@ -218,6 +218,7 @@ class PolicyTrainer:
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(tcfg.lr_schedule, tcfg.warmup_steps, total_steps))
         self.loss_cfg = dataclasses.replace(tcfg.loss, max_tokens=tcfg.loss.max_tokens or max_tokens)
         self.version = 0
+        self._backwards_left = 0                 # backward passes left in the current update (FSDP sync)
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else (self.tokenizer.eos_token_id or 0)
 
@@ -440,16 +441,16 @@ class PolicyTrainer:
             self.opt.zero_grad(set_to_none=True)
             tokens_total = float(sum(len(batch.completion_ids[i]) for i in mini))
             plan = self._plan([sh[u % len(minis)] for sh in shares], batch)
+            # every backward of this update (RL, then the extra losses'): FSDP reduces at the last only
+            self._backwards_left = len(plan) + extra_losses.micro_batch_count(extras, u % len(minis), len(minis),
+                                                                              self.world, self.rank)
             t0 = self._clock()
-            for j, part in enumerate(plan):
+            for part in plan:
                 if u < len(minis) and part:                   # padding: tokens computed / tokens real
                     real = sum(len(batch.prompt_ids[i]) + len(batch.completion_ids[i]) for i in part)
                     real_tokens += real
                     padded_tokens += real if self.cfg.packing else len(part) * (
                         max(len(batch.prompt_ids[i]) for i in part) + max(len(batch.completion_ids[i]) for i in part))
-                if self.world > 1:
-                    # FSDP: accumulate unsharded gradients over the micro-batches, reduce-scatter once
-                    self.model.set_requires_gradient_sync(j == len(plan) - 1)
                 logp, ent, mask = self._forward(self.model, part, batch, with_entropy=True)
                 old_t = self._stack([old[i] for i in part], logp) if old else logp.detach()
                 beh = None
@@ -525,6 +526,12 @@ class PolicyTrainer:
         return acc
 
     def _backward(self, loss: torch.Tensor) -> None:
+        """One micro-batch's backward. With FSDP, the unsharded gradients accumulate over an
+        update's backwards (self._backwards_left, set by step()) and are reduce-scattered once,
+        by the last of them: the same count on every rank, as their plans are padded alike."""
+        if self.world > 1:
+            self.model.set_requires_gradient_sync(self._backwards_left <= 1)
+        self._backwards_left -= 1
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
         else:

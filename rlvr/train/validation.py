@@ -18,7 +18,12 @@ trace gets one line per validated step: {"step": N, "val/<benchmark>/<metric>": 
 
 Ordering: Ray runs an engine actor's calls one at a time in the order they were sent, so
 requests sent after the weight update of version N (and before that of N+1) generate with
-version N; start() returns only once every request is sent. The engines then serve them
+version N; start() returns only once every request is sent. The loop sends the weights of a
+validated step to the engines before validating it, also where sync.every_steps would skip
+them. In sync.mode in_flight an engine takes calls at once: a validation's requests wait until
+their engine holds version N, and a later update can land while they generate; the summary's
+policy_versions and the trace line's policy_version (the oldest) and val/policy_version_max
+(the newest) say which weights generated it. The engines then serve them
 between the rollouts already queued and the next ones: in asynchronous mode the trainer goes
 on with the queued rollouts, so the pipeline loses about the validation's own generation time.
 Verification and scoring run on threads of the driver, beside training.
@@ -64,8 +69,9 @@ class ActorEngine:
     kind = "train-actors"
 
     def __init__(self, actors: list, tokenizer, max_model_len: int, version: str,
-                 on_done: Callable[[int], None] | None = None):
+                 on_done: Callable[[int], None] | None = None, min_version: int | None = None):
         self.actors = list(actors)
+        self.min_version = min_version   # in flight: each call starts once its engine holds this version
         self.tokenizer = tokenizer
         self.max_model_len = max_model_len
         self.engine_version = version
@@ -73,6 +79,7 @@ class ActorEngine:
         self.sent = threading.Event()
         self.versions: set = set()
         self.engine_seconds = 0.0      # what the engines spent generating these requests
+        self.open: dict = {}           # calls sent and not yet answered: ref -> engine actor
 
     def stream(self, requests, sampling):
         import ray
@@ -92,15 +99,17 @@ class ActorEngine:
                 lengths = [s.max_tokens for s in own]
                 ref = self.actors[e].generate.remote(
                     [list(r[1]) for r in part], sd, [r[2] for r in part], [list(s.stop) for s in own],
-                    [list(s.stop_token_ids) for s in own], None,
+                    [list(s.stop_token_ids) for s in own], self.min_version,
                     lengths if any(n != sampling.max_tokens for n in lengths) else None)
                 calls[ref] = (e, part)
+                self.open[ref] = self.actors[e]
         finally:
             self.sent.set()
         pending = list(calls)
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
             e, part = calls[ready[0]]
+            self.open.pop(ready[0], None)
             try:
                 res = ray.get(ready[0])
             except ray.exceptions.RayError as ex:
@@ -129,6 +138,7 @@ class Pending:
     elapsed: float
     started: float
     threads: dict = field(default_factory=dict)     # benchmark -> Thread
+    engines: list = field(default_factory=list)     # their ActorEngines
     results: dict = field(default_factory=dict)     # benchmark -> summary dict or an exception
 
 
@@ -159,6 +169,7 @@ class Validation:
         self.engines: Callable[[], list] = list
         self.tokenizer = None
         self.on_done: Callable[[int], None] | None = None
+        self.min_version: Callable[[], int | None] = lambda: None
         self.pending: list[Pending] = []
         self.started: set[int] = set()
         # one warm verifier pool per benchmark, used by one validation at a time (a validation
@@ -167,12 +178,16 @@ class Validation:
         self.pool_locks = {b: threading.Lock() for b in self.records}
 
     def attach(self, engines: Callable[[], list], tokenizer, engine_options: dict, max_model_len: int,
-               on_done: Callable[[int], None] | None = None) -> None:
+               on_done: Callable[[int], None] | None = None,
+               min_version: Callable[[], int | None] | None = None) -> None:
         """engines(): the current engine actors (a restarted engine is a new actor);
-        max_model_len: their context, as they report it."""
+        max_model_len: their context, as they report it; min_version() (sync.mode in_flight):
+        the version a validation's requests wait for on their engine."""
         from dataclasses import replace
 
         self.engines, self.tokenizer, self.on_done = engines, tokenizer, on_done
+        if min_version is not None:
+            self.min_version = min_version
         self.engine_options = dict(engine_options, max_model_len=max_model_len)
         self.opts = replace(self.opts, max_model_len=max_model_len)
 
@@ -200,8 +215,10 @@ class Validation:
         version = engine_version(self.opts.engine)
         engines = []
         for b, recs in self.records.items():
-            eng = ActorEngine(self.engines(), self.tokenizer, self.opts.max_model_len, version, self.on_done)
+            eng = ActorEngine(self.engines(), self.tokenizer, self.opts.max_model_len, version, self.on_done,
+                              self.min_version())
             engines.append(eng)
+            p.engines.append(eng)
             out = os.path.join(val_dir(self.run_dir, step), leaf(b, self.opts))
             th = threading.Thread(target=self._one, args=(p, b, recs, out, eng), name=f"rlvr-val-{b}", daemon=True)
             p.threads[b] = th
@@ -213,6 +230,10 @@ class Validation:
                 self.log(f"validation at step {step}: its requests were not all sent in {SUBMIT_TIMEOUT_S:.0f}s; "
                          "later weights may serve some of them")
                 break
+
+    def outstanding(self) -> list:
+        """(ref, engine actor) of the validation calls still queued on the engines."""
+        return [item for p in list(self.pending) for eng in p.engines for item in dict(eng.open).items()]
 
     def _checkpoint_name(self, step: int) -> str:
         from rlvr.runs import checkpoint_dir
@@ -246,13 +267,16 @@ class Validation:
             s = evaluate_one(self._checkpoint_name(p.step), out, bench, self.opts, recs, eng,
                              warn=lambda m: self.log(f"validation at step {p.step}: {m}"),
                              pool=self._pool(bench) if mine else None)
-            # what served it: the training engines at this policy version
-            s["policy_version"] = p.step
+            # what served it: the training engines at the policy version(s) they held (the
+            # weights of step N; in flight, a later update may land during the validation)
+            held = sorted(eng.versions) or [p.step]
+            s["policy_version"] = held[0]
+            s["policy_versions"] = held
             s["settings"]["engine_options"] = self.engine_options
             s["settings"]["in_training"] = True
             s["seconds"]["engine"] = round(eng.engine_seconds, 3)   # generation itself, without queueing
-            if eng.versions - {p.step}:
-                s["warning"] = f"generated with policy version(s) {sorted(eng.versions)}, not {p.step}"
+            if held != [p.step]:
+                s["warning"] = f"generated with policy version(s) {held}, not {p.step}"
             write_json(os.path.join(out, "summary.json"), s)
             p.results[bench] = s
         except BaseException as ex:  # noqa: BLE001 - reported by poll(), never kills training
@@ -276,19 +300,27 @@ class Validation:
         self.pending = keep
 
     def _line(self, p: Pending) -> dict:
+        """The trace line: policy_version and val/policy_version_max are the oldest and newest
+        weights that generated it (both the step's own unless an update landed during it)."""
         line: dict = {"step": p.step, "policy_version": p.step}
-        parts = []
+        parts, held = [], set()
         for b in self.records:
             r = p.results.get(b)
             if isinstance(r, BaseException):
                 why = str(r).strip().splitlines()[-1][:300] if str(r).strip() else type(r).__name__
                 self.log(f"warning: validation of {b} at step {p.step} failed: {why}")
                 continue
+            held.update(r.get("policy_versions") or [p.step])
             for k, v in (r.get("metrics") or {}).items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     line[f"val/{b}/{k}"] = float(v)
             parts.append(f"{b} " + " ".join(f"{k} {v:.3f}" for k, v in (r.get("metrics") or {}).items()
                                            if isinstance(v, (int, float)) and not isinstance(v, bool)))
+        if held:
+            line["policy_version"] = min(held)
+            line["val/policy_version_max"] = float(max(held))
+            if held != {p.step}:
+                self.log(f"warning: validation at step {p.step} was generated with policy version(s) {sorted(held)}")
         line["time/val_s"] = round(time.monotonic() - p.started, 3)
         line["samples/total"] = p.samples_total
         line["time/elapsed_s"] = p.elapsed
