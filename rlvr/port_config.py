@@ -435,7 +435,7 @@ def port_config(their: dict, source: str = "", accepted: Callable[[str], bool] =
     if sft_only:   # their train_sft_only.py: no RL data, loss or sampling
         if not p.set("sft.only", True):
             p.set("data.dataset", None)
-            p.warnings.append(f"their run is SFT alone; rlvr-train runs it once it accepts sft.only")
+            p.warnings.append("their run is SFT alone; rlvr-train runs it once it accepts sft.only")
         p.entries.append(Entry("(their default) no data section", "mapped" if p.is_set("sft.only") else "pending",
                                ["sft.only"], "SFT alone (their train_sft_only.py)", True))
         names = []
