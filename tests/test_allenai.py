@@ -69,6 +69,17 @@ def test_rows_rlvr_cannot_verify_are_refused_with_file_row_and_kind(tmp_path):
                           "dataset": "code"}, "row 1: 'ground_truth' is neither a JSON list of tests"),
                         ({"messages": [{"role": "user", "content": "x"}], "ground_truth": '{"func_name": "nope"}',
                           "dataset": "ifeval"}, "unknown func_name 'nope'"),
+                        # the newer forms are checked as rlvr-verify would check them, at read time
+                        ({"messages": [{"role": "user", "content": "x"}], "dataset": ["ifeval"],
+                          "ground_truth": ["[{'instruction_id': ['nonexistent:thing'], 'kwargs': [None]}]"]},
+                         "row 1: instruction 0: unknown if_multi instruction id 'nonexistent:thing' (dataset "
+                         "allenai, field ground_truth)"),
+                        ({"messages": [{"role": "user", "content": "x"}], "dataset": "ifeval",
+                          "ground_truth": '[{"instruction_id": ["length_constraints:number_words"], '
+                                          '"kwargs": [{"relation": "at least", "num_words": "many"}]}]'},
+                         "field ground_truth"),
+                        ({"messages": [{"role": "user", "content": "x"}], "ground_truth": ["assert ("],
+                          "dataset": "code"}, "row 1: unusable tests: <test 1>: '(' was never closed"),
                         ({"prompt": "x", "ground_truth": "7"}, "missing field 'dataset'")):
         bad.write_bytes(orjson.dumps(row) + b"\n")
         r = invoke("rlvr-data", ["allenai", "--source", str(bad)])
