@@ -14,6 +14,7 @@ import sys
 
 import orjson
 import pytest
+import yaml
 
 from helpers import DATA, REPO, invoke
 from rlvr.cloud.evalspec import load_eval_config
@@ -135,6 +136,39 @@ def test_olmes_watch_configs(tmp_path):
         cfg.write_text(text)
         with pytest.raises(Exception, match=needle.replace("[", r"\[").replace("]", r"\]")):
             load_eval_config(str(cfg))
+
+
+def test_the_users_own_olmes_watch_config_is_read_as_rlvrs_form(tmp_path, capsys):
+    """Their configs/eval/olmes-tulu-watch.yaml (tests/data/eval, provenance in its README)."""
+    theirs = os.path.join(DATA, "eval", "olmes-tulu-watch.yaml")
+    spec = load_eval_config(theirs)
+    assert (spec.harness, spec.interval, spec.args) == ("olmes", 300.0, ["--dtype", "bfloat16"])
+    assert spec.benchmarks == ["gsm8k::tulu", "minerva_math::tulu", "ifeval::tulu", "ifeval_ood::tulu"]
+    cmd = spec.command("RUN/checkpoints/step_*", "RUN/evals", [6, 7])
+    assert cmd[4:] == ["RUN/checkpoints/step_*", "RUN/evals", "--interval", "300", "--harness", "olmes",
+                       "-b", "gsm8k::tulu", "-b", "minerva_math::tulu", "-b", "ifeval::tulu", "-b", "ifeval_ood::tulu",
+                       "--gpus", "6,7", "--dtype", "bfloat16"]
+    err = capsys.readouterr().err
+    for key in ("watch.local_dir", "watch.run_name", "output_dir", "olmes.hf_cache_s3", "olmes.upload_summary"):
+        assert f"olmes-tulu-watch.yaml: {key} ignored: " in err, err
+    # what rlvr cannot honour is refused, with the rlvr form of the rest to write instead
+    cfg = tmp_path / "olmes.yaml"
+    text = open(theirs).read()
+    for old, new, needle in (("tensor_parallel_size: 1", "tensor_parallel_size: 2",
+                              "olmes.model_args.tensor_parallel_size: 2 (rlvr's OLMES runs fix it at 1"),
+                             ("enable: true", "enable: false", "watch.enable: an --eval-config evaluates beside"),
+                             ("model_type: vllm", "model_type: hf", "olmes.model_type: 'hf'")):
+        cfg.write_text(text.replace(old, new))
+        with pytest.raises(Exception, match=needle.replace("(", r"\(").replace(".", r"\.")) as e:
+            load_eval_config(str(cfg))
+        form = str(e.value).split("in rlvr's form (YAML), what maps of it is: ")[1]
+        assert "\n" not in form and yaml.safe_load(form) == {
+            "harness": "olmes", "interval": 300, "args": ["--dtype", "bfloat16"],
+            "task_groups": ["gsm8k::tulu", "minerva_math::tulu", "ifeval::tulu", "ifeval_ood::tulu"]}
+    cfg.write_text(text.replace("  model_args:", "  num_shots: 4\n  limit: 10\n  model_args:\n    max_length: 2048\n"
+                                                 "    enforce_eager: true"))
+    assert load_eval_config(str(cfg)).args == ["--max-model-len", "2048", "--dtype", "bfloat16", "--model-args",
+                                               "enforce_eager=True", "--shots", "4", "--limit", "10"]
 
 
 def test_allenai_thinker_run_with_olmes_beside_it_in_a_simulated_sagemaker_job(tmp_path):
