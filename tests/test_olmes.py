@@ -174,7 +174,7 @@ def test_the_users_own_olmes_watch_config_is_read_as_rlvrs_form(tmp_path, capsys
 def test_allenai_thinker_run_with_olmes_beside_it_in_a_simulated_sagemaker_job(tmp_path):
     """The job's entry point, as SageMaker starts it, for the users' thinker workflow in small:
     rlvr-train on AllenAI's mixed data (tests/data/allenai) with chat prompts, a system prompt,
-    a template file and thinking on, rewarded by AllenAI's rules, on the training GPUs; and,
+    the R1-style thinker template rlvr ships and thinking on, rewarded by AllenAI's rules, on the training GPUs; and,
     from the --eval-config (an OLMES watch config), rlvr-eval --watch with OLMES on the eval
     GPUs; after training a last pass evaluates what is left. Checked: the chat settings in
     run.json and every rollout, the thinking metrics in the trace, rollouts that rlvr-verify
@@ -187,7 +187,9 @@ def test_allenai_thinker_run_with_olmes_beside_it_in_a_simulated_sagemaker_job(t
     eval_cfg = tmp_path / "olmes-watch.yaml"
     eval_cfg.write_text(f"harness: olmes\ninterval: 1\nharness_python: {FAKE}\nargs: [--limit, '3']\n"
                         "task_groups:\n  - [gsm8k::tulu, ifeval::tulu]\n  - minerva_math::tulu\n")
-    chat = os.path.join(DATA, "chat", "think.jinja")
+    from rlvr.data.templates import resolve_template
+
+    chat = "tulu_thinker_r1_style"   # the R1-style thinker template rlvr ships, by name, as the users' run
     tulu = os.path.join(DATA, "allenai", "rlvr_gsm_math_if_mixed.jsonl")
     hps = {"rlvr_config": "tiny-cpu.yaml", "rlvr_eval_config": "olmes-watch.yaml", "rlvr_train_gpus": "0",
            "rlvr_eval_gpus": "1,2", "train.steps": "2", "checkpoint.every": "1", "rollout.engine": "hf",
@@ -211,19 +213,23 @@ def test_allenai_thinker_run_with_olmes_beside_it_in_a_simulated_sagemaker_job(t
     # training: chat and thinking recorded, answer-only judging in the trace and the rollouts
     man = orjson.loads((run_dir / "run.json").read_bytes())
     assert man["status"] == "completed"
-    assert man["chat"] == {"system": "Reason first.", "thinking": True, "chat_template": chat,
+    assert man["chat"] == {"system": "Reason first.", "thinking": True, "chat_template": resolve_template(chat),
                            "chat_template_sha256": man["chat"]["chat_template_sha256"]}
     rows = [orjson.loads(ln) for ln in open(run_dir / "traces" / "trace.jsonl", "rb")]
     assert [r["step"] for r in rows] == [1, 2]
-    # eight tokens of a random tiny model never close a thinking block: every completion is unfinished
-    assert all(r["thinking/completions"] == 6.0 and r["thinking/closed_frac"] == 0.0 for r in rows)
     rollouts = run_dir / "traces" / "rollouts.jsonl"
     recs = [orjson.loads(ln) for ln in open(rollouts, "rb")]
+    # eight tokens of a random tiny model never close a thinking block: every completion is unfinished
+    # (a GSM8K row's 8-shot prompt in the R1 format may not fit the tiny model's context: prompt_too_long)
+    assert all(r["thinking/closed_frac"] == 0.0 for r in rows)
+    assert sum(r["thinking/completions"] for r in rows) == sum(len(r.get("verdicts") or []) for r in recs) >= 8
+    assert all(r["generation"]["status"] == "prompt_too_long" for r in recs if not r.get("verdicts"))
     assert {r["dataset"] for r in recs} <= {"allenai/gsm8k", "allenai/math", "allenai/ifeval"}
     assert all(r["thinking"] is True and r["prompt"][0]["content"] == "Reason first." for r in recs)
-    assert all(v["status"] == "unfinished_thinking" for r in recs for v in r["verdicts"])
+    assert all(v["status"] == "unfinished_thinking" for r in recs for v in r.get("verdicts") or [])
     again = invoke("rlvr-verify", ["-j", "1", "--set", "math.mode=allenai", str(rollouts)])
-    assert again.code == 0 and [r["rewards"] for r in again.records()] == [r["rewards"] for r in recs]
+    assert again.code == 0
+    assert [r.get("rewards") or [] for r in again.records()] == [r.get("rewards") or [] for r in recs]
     # OLMES beside it: every checkpoint, both groups, each on an eval GPU; the table
     evals = run_dir / "evals"
     for step in ("step_000001", "step_000002"):
