@@ -50,6 +50,8 @@ TEMPLATES = {"gsm8k": "Q: {question}\nA:", "math": PROBLEM, "deepscaler": PROBLE
              "beyondaime": PROBLEM, "mbpp": "mbpp", "humaneval": "humaneval", "apps": "plain",
              "rlvr_ifeval": "plain", "if_multi": "plain"}
 # Their loaders' max_completion_len, which overrides sampling.max_tokens per prompt.
+# Their allenai_rlvr loader's length per kind of row (rlvr's per-kind keys: the records' `dataset`).
+ALLENAI_MAX_COMPLETION_LEN = {"allenai/gsm8k": 512, "allenai/math": 1024, "allenai/ifeval": 2048}
 MAX_COMPLETION_LEN = {"gsm8k": 512, "math": 1024, "deepscaler": 1024, "aime": 1024, "beyondaime": 1024,
                       "mbpp": 512, "humaneval": 512, "apps": 512, "rlvr_ifeval": 2048, "if_multi": 2048}
 # torchtitan's AdamW defaults, which their optimizer sections leave implicit.
@@ -516,10 +518,14 @@ def _data(p: Port) -> list[str]:
             continue
         names.append(ours)
         if ours == "allenai":
+            if "parse_kshot" in e:
+                p.unmap(f"{where}.parse_kshot" if name == "mixed" else "data.parse_kshot",
+                        "their loader splits a k-shot prompt into user/assistant turns; rlvr-data allenai keeps "
+                        "each row's messages as published", e["parse_kshot"])
             p.unmap(f"(their default) {theirs} prompts",
                     "their loader rewrites AllenAI's GSM8K rows (Q:/A:, 4 of the 8 shots, 'The answer is', assistant "
-                    "prefix 'A:') and gives each kind its own length (512 / 1,024 / 2,048); rlvr-data allenai keeps "
-                    "the rows' own prompts and rollout.max_tokens holds for every kind", theirs)
+                    "prefix 'A:'); rlvr-data allenai keeps the rows' own prompts (each kind's own length is ported: "
+                    "rollout.max_tokens_by_dataset)", theirs)
             if e.get("datasets"):
                 p.map(f"{where}.datasets" if name == "mixed" else "data.datasets",
                       {"data.kinds": [str(k).lower() for k in e["datasets"]]}, "the kinds of rows kept", e["datasets"])
@@ -576,7 +582,27 @@ def _data(p: Port) -> list[str]:
                   it["system_prompt"])
     if it.get("assistant_prefix"):
         p.map("data_iter.assistant_prefix", {"data.assistant_prefix": it["assistant_prefix"]}, value=it["assistant_prefix"])
+    if it.get("chat_template"):
+        _chat_template(p, it["chat_template"])
     return names
+
+
+# Their named chat formats (src/rlvr_experiments/chat_templates.py) and the template rlvr ships for each.
+CHAT_TEMPLATES = {"tulu_thinker_r1_style": "tulu_thinker_r1_style"}
+
+
+def _chat_template(p: Port, theirs) -> None:
+    """data_iter.chat_template: one of their named formats, applied to the rows' own messages
+    (their chat path ignores skip_chat_template). The R1-style format opens the thinking
+    block in the prompt, so every completion is judged on what follows its </think>."""
+    ours = CHAT_TEMPLATES.get(theirs)
+    if ours is None:
+        p.unmap("data_iter.chat_template", f"rlvr ships no template for their format {theirs!r} "
+                                           f"(data.chat_template takes a Jinja file)", theirs)
+        return
+    p.map("data_iter.chat_template", {"data.chat": True, "data.chat_template": ours, "data.thinking": True},
+          "rlvr's copy of that format (rlvr/resources/chat_templates); its prompt ends in '<think>', so the "
+          "completions are judged on the answer after '</think>'", theirs)
 
 
 def _known_dataset(name: str) -> bool:
@@ -799,6 +825,17 @@ def _teacher(p: Port, t: dict, alone: bool) -> None:
               "their OPSD distils only the completions that were not perfect", True)
 
 
+def _allenai_lengths(p: Port) -> dict[str, int]:
+    """Their allenai_rlvr lengths per kind. Their loop shortens a prompt's length to the room
+    its prompt leaves in the context; rlvr's lengths are fixed (a prompt that does not fit is
+    dropped), so a kind's length that leaves no room at all (2,048 in a 1,280-token context)
+    becomes sampling.max_tokens, the room every other prompt has."""
+    ctx = p.get("roles.rollout.config.max_model_len")
+    default = (p.get("sampling") or {}).get("max_tokens")
+    return {k: (n if not isinstance(ctx, int) or n < ctx or not isinstance(default, int) else default)
+            for k, n in ALLENAI_MAX_COMPLETION_LEN.items()}
+
+
 def _defaults(p: Port, names: list[str], rl: bool = True) -> None:
     """Their code's behaviour where the config is silent (rl: an RL run, not SFT alone)."""
     if names:
@@ -808,9 +845,17 @@ def _defaults(p: Port, names: list[str], rl: bool = True) -> None:
                   {"data.template": templates if len(names) > 1 else templates[names[0]]},
                   "their loaders' prompts (src/rlvr_experiments/data.py)", templates)
         lens = {n: MAX_COMPLETION_LEN[n] for n in names if n in MAX_COMPLETION_LEN}
+        if "allenai" in names:
+            lens.update(_allenai_lengths(p))
+            p.map("(their default) allenai_rlvr verifiers", {"verify.verifier_config": {"math.mode": "allenai"}},
+                  "their allenai_gsm8k and allenai_math verifiers are AllenAI's rules (GSM8K: the last number)",
+                  "allenai")
         if lens:
             p.map("(their default) max_completion_len per dataset", {"rollout.max_tokens_by_dataset": lens},
-                  "each dataset's own length overrides sampling.max_tokens", lens)
+                  "each dataset's own length overrides sampling.max_tokens" + (
+                      "; allenai's per kind, one that leaves no room for a prompt in the context as "
+                      "sampling.max_tokens (their loop shortens it to each prompt's room)" if "allenai" in names
+                      else ""), lens)
     if not p.is_set("train.steps") and "train.steps" not in p.pending:
         p.map("(their default) no training.max_steps", {"train.steps": NEVER},
               "train until the data ends (data.epochs)", None)

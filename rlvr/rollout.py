@@ -70,10 +70,10 @@ class RolloutSettings:
         if self.chat_template == "off" and (self.system is not None or self.template_file is not None):
             raise ValueError("a system prompt or chat template file needs the chat template (not --chat-template off)")
         if self.template_file is not None:
-            from rlvr.data.templates import read_template
+            from rlvr.data.templates import read_template, resolve_template
 
             read_template(self.template_file)
-            self.template_file = os.path.abspath(self.template_file)
+            self.template_file = resolve_template(self.template_file)
 
 
 @dataclass

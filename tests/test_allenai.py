@@ -69,6 +69,17 @@ def test_rows_rlvr_cannot_verify_are_refused_with_file_row_and_kind(tmp_path):
                           "dataset": "code"}, "row 1: 'ground_truth' is neither a JSON list of tests"),
                         ({"messages": [{"role": "user", "content": "x"}], "ground_truth": '{"func_name": "nope"}',
                           "dataset": "ifeval"}, "unknown func_name 'nope'"),
+                        # the newer forms are checked as rlvr-verify would check them, at read time
+                        ({"messages": [{"role": "user", "content": "x"}], "dataset": ["ifeval"],
+                          "ground_truth": ["[{'instruction_id': ['nonexistent:thing'], 'kwargs': [None]}]"]},
+                         "row 1: instruction 0: unknown if_multi instruction id 'nonexistent:thing' (dataset "
+                         "allenai, field ground_truth)"),
+                        ({"messages": [{"role": "user", "content": "x"}], "dataset": "ifeval",
+                          "ground_truth": '[{"instruction_id": ["length_constraints:number_words"], '
+                                          '"kwargs": [{"relation": "at least", "num_words": "many"}]}]'},
+                         "field ground_truth"),
+                        ({"messages": [{"role": "user", "content": "x"}], "ground_truth": ["assert ("],
+                          "dataset": "code"}, "row 1: unusable tests: <test 1>: '(' was never closed"),
                         ({"prompt": "x", "ground_truth": "7"}, "missing field 'dataset'")):
         bad.write_bytes(orjson.dumps(row) + b"\n")
         r = invoke("rlvr-data", ["allenai", "--source", str(bad)])
@@ -252,3 +263,36 @@ def test_code_mode_allenai_scores_assert_rows_by_pass_rate_too():
                         ({"mode": "allenai", "pass_rate_threshold": 2}, "in [0, 1]")):
         with pytest.raises(ValueError, match=needle.replace("[", r"\[").replace("]", r"\]")):
             code.check_config(bad)
+
+
+def test_each_kind_of_rows_gets_its_own_length_in_rlvr_data_and_rlvr_train():
+    from rlvr.errors import ConfigError
+    from rlvr.train.config import DataConfig, RolloutConfig, TrainConfig, check
+    from rlvr.train.stream import PromptStream
+
+    recs = records("--source", TULU, "--max-tokens", "allenai/gsm8k=512", "--max-tokens", "allenai/ifeval=2048",
+                   "--max-tokens", "1024")
+    assert {(r["dataset"], r["max_tokens"]) for r in recs} == {("allenai/gsm8k", 512), ("allenai/math", 1024),
+                                                                ("allenai/ifeval", 2048)}
+    kinds_only = records("--source", TULU, "--max-tokens", "allenai/math=700")
+    assert [r.get("max_tokens") for r in kinds_only] == [None] * 4 + [700] * 2 + [None] * 3
+    for value, needle in (("allenai/judge=5", "allenai/judge is not a kind of allenai (kinds: allenai/gsm8k, "),
+                          ("gsm8k=512", "gsm8k is not a dataset of this run (allenai) nor one of its kinds "
+                                        "(allenai/gsm8k,"),
+                          ("allenai/gsm8k=many", "--max-tokens allenai/gsm8k=many: expected a positive integer")):
+        r = invoke("rlvr-data", ["allenai", "--source", TULU, "--max-tokens", value])
+        assert r.code == 2 and needle in r.stderr, r.stderr
+    r = invoke("rlvr-data", ["--mix", "allenai:1,toy:1", "--source", f"allenai={TULU}", "--max-tokens", "toy/x=5"])
+    assert r.code == 2 and "toy/x is not a kind of toy (per-kind keys apply to a dataset whose rows" in r.stderr
+    # rlvr-train: the same keys in rollout.max_tokens_by_dataset, checked before anything starts
+    data = DataConfig(dataset=None, mix={"allenai": 1.0, "toy": 1.0}, source={"allenai": TULU}, shuffle=False)
+    rollout = RolloutConfig(max_tokens=1024, max_tokens_by_dataset={"allenai/gsm8k": 512, "allenai/math": 900,
+                                                                    "toy": 16})
+    check(TrainConfig(data=data, rollout=rollout))
+    s = PromptStream(data, rollout)
+    assert [r.get("max_tokens") for r in s.by_name["allenai"]] == [512] * 4 + [900] * 2 + [None] * 3
+    assert {r["max_tokens"] for r in s.by_name["toy"]} == {16}
+    for table, needle in (({"allenai/judge": 5}, "allenai/judge is not a kind of allenai"),
+                          ({"gsm8k": 5}, "gsm8k is not a dataset of this run (allenai, toy) nor one of its kinds")):
+        with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+            check(TrainConfig(data=data, rollout=RolloutConfig(max_tokens_by_dataset=table)))

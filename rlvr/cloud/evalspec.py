@@ -15,6 +15,14 @@ group per eval GPU at a time (the job image has OLMES in /opt/olmes-venv):
     harness_python: /opt/olmes-venv/bin/python   # optional (that is the default where it exists)
     interval: 60
 
+The users' own OLMES watch config (their configs/eval/olmes-tulu-watch.yaml: `watch:`,
+`output_dir:` and an `olmes:` section with `tasks`, `model_type` and `model_args`) is read too,
+mapped onto the form above (olmes_watch_form): each of its tasks one task group,
+watch.poll_interval_s the interval, model_args' dtype and max_length rlvr-eval's --dtype and
+--max-model-len, its other model_args --model-args, num_shots and limit --shots and --limit.
+Where it names things the job decides itself (which checkpoints, where results go, an HF
+cache) a warning says so; a setting rlvr cannot honour is refused with the rlvr form to write.
+
 The job runs `rlvr-eval --watch RUN/checkpoints/step_* RUN/evals -b ... --gpus EVAL_GPUS`
 beside `rlvr-train` (on TRAIN_GPUS), and one `--once` pass after training for the last
 checkpoints; results land in the run folder's evals/ (and on S3 under <job>/evals/).
@@ -66,6 +74,8 @@ def load_eval_config(path: str) -> EvalSpec:
         raise UsageError(f"{path}: not valid YAML: {str(e).splitlines()[0]}") from None
     if not isinstance(data, dict):
         raise UsageError(f"{path}: expected a mapping with {', '.join(KEYS)}")
+    if set(data) & THEIR_KEYS:
+        data = olmes_watch_form(path, data)
     unknown = sorted(set(data) - set(KEYS))
     if unknown:
         raise UsageError(f"{path}: unknown key {unknown[0]!r} (known: {', '.join(KEYS)})")
@@ -116,4 +126,104 @@ def _task_groups(path: str, groups) -> list[str]:
         if not names or not all(isinstance(t, str) and t for t in names):
             raise UsageError(f"{path}: task_groups[{i}]: expected OLMES task names (a list, a string or {{tasks: [...]}})")
         out.append(",".join(names))
+    return out
+
+
+# --------------------------------------------------------------------------- the users' form
+
+THEIR_KEYS = {"olmes", "watch", "output_dir", "seed", "parallel_gpus"}
+# what the job decides itself: accepted, with a warning naming what happens instead
+_JOB_DECIDES = {
+    "output_dir": "results go to the run folder's evals/ (and to S3 under <job>/evals/)",
+    "parallel_gpus": "the eval GPUs are rlvr-submit's --eval-gpus",
+    "watch.run_name": "the job watches its own run's checkpoints (RUN/checkpoints/step_*)",
+    "watch.local_dir": "the job watches its own run's checkpoints (RUN/checkpoints/step_*)",
+    "watch.checkpoint_prefix": "the job watches its own run's checkpoints (RUN/checkpoints/step_*)",
+    "olmes.hf_cache_s3": "rlvr does not sync an HF cache for OLMES: it reads its data as its environment "
+                         "lets it (HF_HOME, HF_DATASETS_OFFLINE)",
+    "olmes.hf_cache_local": "rlvr does not sync an HF cache for OLMES: it reads its data as its environment "
+                            "lets it (HF_HOME, HF_DATASETS_OFFLINE)",
+    "olmes.upload_summary": "the evals/ folder (OLMES's metrics and rlvr's table) goes to S3 with the run",
+}
+_OLMES_KEYS = {"tasks", "task_suites", "model_type", "model_args", "num_shots", "limit", "hf_cache_s3",
+               "hf_cache_local", "upload_summary"}
+
+
+def olmes_watch_form(path: str, data: dict) -> dict:
+    """The users' OLMES watch config (harness: olmes, watch:, output_dir:, olmes: {tasks,
+    model_type, model_args, ...}) as rlvr's form (harness, interval, task_groups, args).
+    Warns for what the job decides itself; UsageError, with the rlvr form to write, for a
+    setting rlvr cannot honour."""
+    from rlvr.eval.harness import OLMES_MODEL_ARGS
+    from rlvr.messages import warn
+
+    out: dict = {"harness": data.get("harness", "olmes")}
+    args: list[str] = []
+    problems: list[str] = []
+    ignored: list[str] = []
+    olmes = data.get("olmes") or {}
+    watch = data.get("watch") or {}
+    if not isinstance(olmes, dict) or not isinstance(watch, dict):
+        raise UsageError(f"{path}: olmes and watch must be mappings (their OLMES watch config)")
+    for key in sorted(set(data) - THEIR_KEYS - {"harness"}):
+        problems.append(f"{key}: not a key of an OLMES watch config")
+    if out["harness"] != "olmes":
+        problems.append(f"harness: {out['harness']!r} with an olmes section (write harness: olmes)")
+    if data.get("seed", 42) != 42:
+        problems.append(f"seed: {data['seed']!r} (rlvr runs OLMES with seed 42)")
+    for key in sorted(watch):
+        if key == "enable":
+            if watch[key] is not True:
+                problems.append("watch.enable: an --eval-config evaluates beside training; leave it out or true")
+        elif key == "poll_interval_s":
+            out["interval"] = watch[key]
+        elif f"watch.{key}" in _JOB_DECIDES:
+            ignored.append(f"watch.{key}")
+        else:
+            problems.append(f"watch.{key}: not a key of an OLMES watch config")
+    groups = []
+    for key in ("task_suites", "tasks"):
+        v = olmes.get(key) or []
+        groups += [v] if isinstance(v, str) else list(v) if isinstance(v, list) else [v]
+    if groups:
+        out["task_groups"] = groups        # one OLMES process per task, each on a free eval GPU
+    else:
+        problems.append("olmes.tasks: the OLMES tasks or suites to run (a list)")
+    if olmes.get("model_type", "vllm") != "vllm":
+        problems.append(f"olmes.model_type: {olmes['model_type']!r} (rlvr runs OLMES with vllm)")
+    margs = olmes.get("model_args") or {}
+    if not isinstance(margs, dict):
+        problems.append("olmes.model_args: a mapping of OLMES model arguments")
+        margs = {}
+    extra = []
+    for k, v in margs.items():
+        if k == "dtype":
+            args += ["--dtype", str(v)]
+        elif k in ("max_length", "max_model_len"):
+            args += ["--max-model-len", str(v)]
+        elif k in OLMES_MODEL_ARGS or k == "model_path":
+            if v != OLMES_MODEL_ARGS.get(k):
+                problems.append(f"olmes.model_args.{k}: {v!r} (rlvr's OLMES runs fix it at "
+                                f"{OLMES_MODEL_ARGS.get(k)!r}: one GPU per task group)")
+        else:
+            extra.append(f"{k}={v}")
+    if extra:
+        args += ["--model-args", ",".join(extra)]
+    for k, opt in (("num_shots", "--shots"), ("limit", "--limit")):
+        if olmes.get(k) is not None:
+            args += [opt, str(olmes[k])]
+    for key in sorted(olmes):
+        if key not in _OLMES_KEYS:
+            problems.append(f"olmes.{key}: not something rlvr's OLMES runs take")
+        elif f"olmes.{key}" in _JOB_DECIDES and olmes[key] not in (None, False):
+            ignored.append(f"olmes.{key}")
+    ignored += [k for k in ("output_dir", "parallel_gpus") if k in data]
+    if args:
+        out["args"] = args
+    if problems:
+        form = yaml.safe_dump(out, default_flow_style=True, sort_keys=False, width=1 << 16).strip()
+        raise UsageError(f"{path}: {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
+                         + f"; in rlvr's form (YAML), what maps of it is: {form}")
+    for key in ignored:
+        warn(f"{path}: {key} ignored: {_JOB_DECIDES[key]}")
     return out

@@ -8,7 +8,7 @@ import click
 
 from rlvr.cli import ConfigError, run, shard_callback, stdout_writer, with_examples
 from rlvr.data import (ALIASES, SPECS, TEMPLATES, ChatOptions, apply_chat_fields, apply_order, load_records, mix,
-                       parse_mix, read_order, select)
+                       parse_mix, read_order, select, split_kind_keys)
 from rlvr.eval.tasks import STANDARD as LM_TASKS
 
 HELP = with_examples(
@@ -51,7 +51,9 @@ HELP = with_examples(
     Per dataset (NAME=VALUE in a mixture, else VALUE for every dataset): --template takes
     a template name or a format string of the record's fields ('Q: {{question}}\\nA:');
     --stop and --max-tokens are written into the records (rlvr-rollout and rlvr-train
-    use a record's own `stop` and `max_tokens`); --assistant-prefix is appended to each
+    use a record's own `stop` and `max_tokens`); --max-tokens KIND=N gives the rows of one
+    kind of allenai their own length (allenai/gsm8k=512, allenai/math=1024,
+    allenai/ifeval=2048: the records' `dataset`); --assistant-prefix is appended to each
     prompt (a final assistant message with --chat). In these, \\n and \\t stand for a
     newline and a tab. --filter FIELD=V1,V2 keeps the records whose FIELD is one of the
     values (MATH: level=3,4,5; APPS: difficulty=interview); a filter that keeps no record
@@ -76,7 +78,8 @@ rlvr-data --mix gsm8k:1,math:1 --template 'gsm8k=Q: {question}\nA:' --template m
 rlvr-data gsm8k --chat --system "You are a careful solver." --thinking --source gsm8k/
 rlvr-data allenai --chat --thinking     # AllenAI's RLVR-GSM-MATH-IF-Mixed-Constraints, each row to its verifier
 rlvr-data allenai --source allenai/Dolci-Think-RL-7B --kinds math,ifeval,code --chat --thinking
-rlvr-data math500 --chat --chat-template templates/olmo_thinker.jinja --thinking --source MATH-500/
+rlvr-data allenai --chat --chat-template tulu_thinker_r1_style --thinking --max-tokens allenai/gsm8k=512
+rlvr-data math500 --chat --chat-template my_template.jinja --thinking --source MATH-500/
 """,
 )
 
@@ -111,8 +114,9 @@ def _sources(values: tuple[str, ...], names: list[str]) -> dict[str, str | None]
 @click.option("--thinking/--no-thinking", "thinking", default=None,
               help="Write \"thinking\": true/false into each record: the chat template's enable_thinking, and "
                    "answer-only judging in rlvr-verify  [default: no field]")
-@click.option("--chat-template", metavar="FILE", type=click.Path(dir_okay=False),
-              help="A chat template file (Jinja) replacing the tokenizer's (needs --chat; its path goes into each record).")
+@click.option("--chat-template", metavar="FILE|NAME", type=click.Path(dir_okay=False),
+              help="A chat template file (Jinja) replacing the tokenizer's, or one rlvr ships by name (tulu_thinker_r1_style) "
+                   "(needs --chat; its path goes into each record).")
 @click.option("--kinds", metavar="K,...", help="allenai: only rows of these kinds (gsm8k, math, strict_math, ifeval, "
                                                "ifeval_old, code, code_stdio); without it a row rlvr cannot verify stops the read.")
 @click.option("--limit", type=click.IntRange(0), help="Emit at most this many records.")
@@ -141,7 +145,7 @@ def cmd(name, split, sources, fewshot_source, templates, shots, chat, system, th
     template = per_dataset(templates, names, "--template", once=True)
     stop = per_dataset(stops, names, "--stop")
     prefix = per_dataset(prefixes, names, "--assistant-prefix", once=True)
-    max_tokens = {n: _positive(v) for n, v in per_dataset(lengths, names, "--max-tokens", once=True, raw=True).items()}
+    max_tokens, kind_max_tokens = _lengths(lengths, names)
     row_filters = _filters(filters, names)
     per: dict[str, str] = {}
     whole = []
@@ -184,7 +188,7 @@ def cmd(name, split, sources, fewshot_source, templates, shots, chat, system, th
                             fewshot_source=fewshot_source, chat_options=ChatOptions(system, thinking, chat_template),
                             kinds=[k.strip() for k in kinds.split(",") if k.strip()] if kinds and n == "allenai"
                             else None, filters=row_filters.get(n), stop=stop.get(n), max_tokens=max_tokens.get(n),
-                            assistant_prefix=prefix.get(n))
+                            kind_max_tokens=kind_max_tokens.get(n), assistant_prefix=prefix.get(n))
         if n in per:
             return apply_order(recs, ids_of(per[n]), per[n])
         return select(recs, shuffle=shuffle, seed=seed)
@@ -235,13 +239,28 @@ def per_dataset(values: tuple[str, ...], names: list[str], option: str, once: bo
     return out
 
 
-def _positive(v: str) -> int:
+def _lengths(values: tuple[str, ...], names: list[str]) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+    """--max-tokens [NAME=]N and KIND=N (allenai/gsm8k=512: the rows of one kind of a mixed
+    dataset) as ({dataset: N}, {dataset: {kind: N}})."""
+    plain, kinds = [], {}
+    for v in values:
+        key, sep, n = v.partition("=")
+        if sep and key not in names:
+            kinds[key] = _positive(n, v)   # a kind (allenai/gsm8k), else refused by split_kind_keys
+        else:
+            plain.append(v)
+    whole = {n: _positive(v, v) for n, v in per_dataset(tuple(plain), names, "--max-tokens", once=True,
+                                                        raw=True).items()}
+    return whole, split_kind_keys(kinds, names, "--max-tokens")[1]
+
+
+def _positive(v: str, given: str) -> int:
     try:
         n = int(v)
     except ValueError:
         n = 0
     if n < 1:
-        raise ConfigError(f"--max-tokens {v}: expected a positive integer")
+        raise ConfigError(f"--max-tokens {given}: expected a positive integer")
     return n
 
 

@@ -191,7 +191,7 @@ def _model_args(text: str | None) -> dict:
 @click.option("--system", metavar="TEXT", help="A system prompt first in every chat prompt (rlvr's benchmarks need --chat).")
 @click.option("--thinking/--no-thinking", "thinking", default=None,
               help="enable_thinking for the chat template, and answer-only judging  [default: the template's own]")
-@click.option("--chat-template", metavar="FILE", help="A chat template file replacing the tokenizer's (needs --chat).")
+@click.option("--chat-template", metavar="FILE|NAME", help="A chat template file replacing the tokenizer's, or one rlvr ships by name (tulu_thinker_r1_style) (needs --chat).")
 @click.option("--verify-jobs", type=click.IntRange(min=1), help="Verifier worker processes (default: the cores).")
 @click.option("--subdirs", is_flag=True, help="Write OUT_DIR/<benchmark>/ even for one benchmark.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar on stderr (default: on a terminal).")

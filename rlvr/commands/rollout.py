@@ -24,8 +24,9 @@ HELP = with_examples(
 
     Chat template: auto (default) applies it to chat-message prompts and sends strings as
     they are; on also wraps a string as one user message; off sends strings only; a FILE
-    (a Jinja template, or a tokenizer_config.json) replaces the tokenizer's template, as
-    auto. --system TEXT puts a system message first in every prompt (a string prompt
+    (a Jinja template, or a tokenizer_config.json) or the NAME of a template rlvr ships
+    (tulu_thinker_r1_style: the R1-style thinker format, its prompt ending in <think>)
+    replaces the tokenizer's template, as auto. --system TEXT puts a system message first in every prompt (a string prompt
     becomes one user message after it). --thinking / --no-thinking pass enable_thinking to
     the template (Qwen3) for every record and write "thinking" into each, so rlvr-verify
     judges the answer after the thinking; without them each record's own `thinking` and
@@ -59,7 +60,7 @@ rlvr-rollout -m CKPT --gpus 0,1,2,3 -n 64 prompts.jsonl > samples.jsonl
 rlvr-rollout -m CKPT --logprobs --stop "</answer>" prompts.jsonl
 rlvr-rollout -m ./tiny --engine hf --dtype float32 --max-tokens 32 prompts.jsonl
 rlvr-rollout -m Qwen/Qwen3-1.7B --system "Answer briefly." --no-thinking prompts.jsonl
-rlvr-rollout -m CKPT --chat-template templates/olmo_thinker.jinja --thinking prompts.jsonl | rlvr-verify
+rlvr-rollout -m CKPT --chat-template tulu_thinker_r1_style --thinking prompts.jsonl | rlvr-verify
 """,
 )
 
@@ -85,7 +86,7 @@ def _seed(ctx: click.Context, param: click.Parameter, value: str) -> int | None:
               "record's own max_tokens, else 1024).")
 @click.option("--stop", multiple=True, metavar="TEXT", help="Stop string (repeatable); it is not kept in the text.")
 @click.option("--seed", default="0", show_default=True, callback=_seed, help="Base seed of sampling and --shuffle; 'none' = unseeded.")
-@click.option("--chat-template", default="auto", show_default=True, metavar="auto|on|off|FILE", help="When to apply the tokenizer's chat template, or a template file to use instead (see above).")
+@click.option("--chat-template", default="auto", show_default=True, metavar="auto|on|off|FILE|NAME", help="When to apply the tokenizer's chat template, or a template file (or one rlvr ships) to use instead (see above).")
 @click.option("--system", metavar="TEXT", help="A system message first in every prompt.")
 @click.option("--thinking/--no-thinking", "thinking", default=None, help="enable_thinking for every prompt, written into each record  [default: each record's `thinking`]")
 @click.option("--logprobs", is_flag=True, help="Write the log-probability of every sampled token (and the token ids).")

@@ -91,7 +91,8 @@ rlvr-submit --list --prefix annotations-adhoc --status InProgress
 @click.option("--input", "inputs", multiple=True, metavar="NAME=URI",
               help="Input channel (s3:// prefix; a folder with --local): data -> RLVR_DATA_DIR, model -> model.path.")
 @click.option("--eval-config", type=click.Path(dir_okay=False), metavar="FILE",
-              help="Run rlvr-eval --watch beside training (YAML: benchmarks, interval, args; see docs/cloud.md).")
+              help="Run rlvr-eval --watch beside training (YAML: benchmarks, interval, args; or an OLMES watch "
+                   "config, rlvr's or the users' own form; see docs/cloud.md).")
 @click.option("--train-gpus", metavar="LIST", help="GPUs for training with --eval-config, e.g. 0-5 (default: all but "
               "--eval-gpus, else the first three quarters).")
 @click.option("--eval-gpus", metavar="LIST", help="GPUs for evaluation with --eval-config, e.g. 6-7 (default: the "

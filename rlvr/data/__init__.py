@@ -25,13 +25,47 @@ from rlvr.data.sources import load_hub, load_rows, locate
 from rlvr.data.templates import TEMPLATES, ChatOptions, render
 
 __all__ = ["SPECS", "ALIASES", "TEMPLATES", "ChatOptions", "canonical", "load_records", "raw_rows", "select", "mix",
-           "apply_order", "parse_mix", "read_order", "apply_chat_fields"]
+           "apply_order", "parse_mix", "read_order", "apply_chat_fields", "kind_keys", "split_kind_keys"]
 
 
 def _spec(name: str) -> Spec:
     if canonical(name) not in SPECS:
         raise ConfigError(f"unknown dataset {name!r} (known: {', '.join(SPECS)})")
     return SPECS[canonical(name)]
+
+
+def kind_keys(name: str) -> list[str]:
+    """The per-kind keys of a dataset whose rows name their own kind (the records' `dataset`
+    values, e.g. allenai/gsm8k, allenai/math, allenai/ifeval); [] for any other dataset."""
+    if canonical(name) != "allenai":
+        return []
+    from rlvr.data.allenai import KINDS
+
+    return [f"allenai/{k}" for k in KINDS]
+
+
+def split_kind_keys(table: dict, names: list[str], what: str) -> tuple[dict, dict[str, dict]]:
+    """A per-dataset table ({gsm8k: 512, allenai/gsm8k: 512}) as (the entries keyed by a dataset
+    of the run, {dataset: {kind key: value}}); ConfigError naming `what` for a key that is
+    neither a dataset of the run nor a kind of one (kind_keys)."""
+    whole, kinds = {}, {}
+    for key, value in table.items():
+        if key in names:
+            whole[key] = value
+            continue
+        base = str(key).split("/", 1)[0]
+        if "/" in str(key) and base in names:
+            known = kind_keys(base)
+            if key not in known:
+                raise ConfigError(f"{what}: {key} is not a kind of {base} "
+                                  + (f"(kinds: {', '.join(known)})" if known else
+                                     "(per-kind keys apply to a dataset whose rows name their kind: allenai)"))
+            kinds.setdefault(base, {})[key] = value
+            continue
+        extra = [k for n in names for k in kind_keys(n)]
+        raise ConfigError(f"{what}: {key} is not a dataset of this run ({', '.join(names)})"
+                          + (f" nor one of its kinds ({', '.join(extra)})" if extra else ""))
+    return whole, kinds
 
 
 def raw_rows(name: str, split: str | None = None, source: str | None = None) -> tuple[list[dict], str]:
@@ -84,14 +118,17 @@ def load_records(name: str, split: str | None = None, source: str | None = None,
                  shots: int = 0, chat: bool = False, fewshot_source: str | None = None,
                  chat_options: ChatOptions | None = None, kinds: list[str] | None = None,
                  filters: dict | None = None, stop: list[str] | None = None, max_tokens: int | None = None,
-                 assistant_prefix: str | None = None, keep_question: bool = False) -> list[dict]:
+                 assistant_prefix: str | None = None, keep_question: bool = False,
+                 kind_max_tokens: dict[str, int] | None = None) -> list[dict]:
     """Prompt records of a dataset, in the dataset's own order. chat_options: a system
     prompt, the thinking switch and a chat template file (rlvr.data.templates). kinds: for
     a dataset whose rows name their own verifier (allenai), only rows of these kinds.
 
     template: a template name or a format string ("Q: {question}\nA:"); filters: {field:
     values} (rlvr.data.filters); stop and max_tokens: written into every record (stop
-    strings join the dataset's own); assistant_prefix: text the answer starts with,
+    strings join the dataset's own); kind_max_tokens: {kind key: N} the length of the rows
+    of one kind of a mixed dataset ({"allenai/gsm8k": 512}, kind_keys), instead of
+    max_tokens; assistant_prefix: text the answer starts with,
     appended to the prompt (chat prompts: a final assistant message the model continues);
     keep_question: with the task text the template wrapped (`question`; a distillation
     teacher's prompt may use it)."""
@@ -108,8 +145,11 @@ def load_records(name: str, split: str | None = None, source: str | None = None,
     if template not in TEMPLATES and not is_format(template):
         raise ConfigError(f"unknown template {template!r} (known: {', '.join(TEMPLATES)}, or a format string "
                           f"such as 'Q: {{question}}\\nA:')")
-    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
-        raise ConfigError(f"max_tokens for {name} must be a positive integer, got {max_tokens!r}")
+    for what, n in [(name, max_tokens), *(kind_max_tokens or {}).items()]:
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ConfigError(f"max_tokens for {what} must be a positive integer, got {n!r}")
+    if kind_max_tokens:
+        split_kind_keys(kind_max_tokens, [canonical(name)], "max_tokens")
     if stop is not None and (not isinstance(stop, list) or not all(isinstance(x, str) and x for x in stop)):
         raise ConfigError(f"stop strings for {name} must be a list of non-empty strings, got {stop!r}")
     rows, where = raw_rows(spec.name, split, source)
@@ -164,8 +204,9 @@ def load_records(name: str, split: str | None = None, source: str | None = None,
             del rec[k]
         if stop:
             rec["stop"] = list(dict.fromkeys([*(rec.get("stop") or []), *stop]))
-        if max_tokens is not None:
-            rec["max_tokens"] = max_tokens
+        n = (kind_max_tokens or {}).get(rec.get("dataset"), max_tokens)
+        if n is not None:
+            rec["max_tokens"] = n
     return recs
 
 

@@ -27,6 +27,10 @@ names on the left):
                              open-instruct does (every test runs, outputs compared line by
                              line, the pass rate as ``score``: rlvr.verifiers.code)
 
+A row whose ground truth its verifier would reject (an IFEvalG instruction id or argument it
+does not know, a code test that is not valid Python) is refused the same way, naming the
+field ``ground_truth``: the check rlvr-verify makes of every record, made when the row is read.
+
 Anything else (the LLM-judge kinds of the thinker mixtures, string matchers, a row graded
 by several verifiers at once) is refused with a line naming the file, the row
 and the kind, never dropped silently; ``--kinds gsm8k,math,ifeval`` (``data.kinds``) selects
@@ -225,4 +229,17 @@ def convert(row: dict, i: int, split: str) -> dict:
         rec.update(verifier="code", stdio_tests=decode_stdio_tests(gt))
     else:
         rec.update(verifier="code", tests=decode_tests(gt))
+    return _checked(rec)
+
+
+def _checked(rec: dict) -> dict:
+    """The record, once its verifier accepts its ground truth (the check rlvr-verify makes
+    of every record: an IFEvalG instruction id it knows, its arguments, code tests that
+    parse); RowError naming ground_truth otherwise, so the row is refused where it is read
+    rather than failing verification later."""
+    from rlvr.verifiers import get
+
+    problem = get(rec["verifier"]).check_record(rec)
+    if problem is not None:
+        raise RowError(problem[1], "ground_truth")
     return rec

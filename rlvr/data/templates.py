@@ -24,7 +24,9 @@ Chat controls (the same in rlvr-data, rlvr-rollout, rlvr-eval and rlvr-train; Ch
                  record's `thinking` field, which makes verification judge the answer after
                  the thinking only (rlvr.verification.thinking); None leaves both alone
   chat_template  a chat template file (Jinja, as in tokenizer_config.json) that replaces
-                 the tokenizer's; records carry its absolute path in `chat_template`
+                 the tokenizer's, or the name of one rlvr ships (SHIPPED_TEMPLATES:
+                 tulu_thinker_r1_style, the R1-style thinker format of OLMES and
+                 open-instruct); records carry its absolute path in `chat_template`
 """
 
 from __future__ import annotations
@@ -134,7 +136,7 @@ class ChatOptions:
         if self.chat_template is None:
             return self
         read_template(self.chat_template)
-        return ChatOptions(self.system, self.thinking, os.path.abspath(self.chat_template))
+        return ChatOptions(self.system, self.thinking, resolve_template(self.chat_template))
 
     def manifest(self) -> dict:
         """What run.json and rlvr-eval's summaries record."""
@@ -142,6 +144,28 @@ class ChatOptions:
         if self.chat_template is not None:
             out["chat_template_sha256"] = template_sha256(self.chat_template)
         return out
+
+
+SHIPPED_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "resources", "chat_templates")
+
+
+def shipped_templates() -> list[str]:
+    """The names of the chat templates rlvr ships (rlvr/resources/chat_templates/NAME.jinja)."""
+    try:
+        return sorted(f[:-len(".jinja")] for f in os.listdir(SHIPPED_DIR) if f.endswith(".jinja"))
+    except OSError:
+        return []
+
+
+def resolve_template(path: str) -> str:
+    """The absolute path of a chat template: a file that exists, else a template rlvr ships
+    named NAME or NAME.jinja (e.g. tulu_thinker_r1_style); a path that is neither comes back
+    absolute, for read_template to report."""
+    if not os.path.exists(path) and os.sep not in path:
+        name = path[:-len(".jinja")] if path.endswith(".jinja") else path
+        if name in shipped_templates():
+            return os.path.join(SHIPPED_DIR, name + ".jinja")
+    return os.path.abspath(path)
 
 
 @lru_cache(maxsize=32)
@@ -154,9 +178,11 @@ def read_template(path: str) -> str:
     """The text of a chat template file (cached); ValueError naming the file when it cannot
     be read or is empty. A tokenizer_config.json-style JSON file gives its chat_template."""
     try:
-        text = _read(os.path.abspath(path))
+        text = _read(resolve_template(path))
     except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"chat template {path}: cannot read it: {getattr(e, 'strerror', None) or e}") from None
+        shipped = f" (nor a template rlvr ships: {', '.join(shipped_templates())})" if os.sep not in path else ""
+        raise ValueError(f"chat template {path}: cannot read it: {getattr(e, 'strerror', None) or e}{shipped}") \
+            from None
     if path.endswith(".json"):
         import json
 

@@ -41,7 +41,8 @@ class DataConfig:
     """true/false: the chat template's enable_thinking (Qwen3) and answer-only judging of every prompt's completions
     (a thinking block that never closes is unfinished_thinking); null: the template's default, the text decides."""
     chat_template: str | None = None
-    """A chat template file (Jinja) replacing the tokenizer's (needs chat: true)."""
+    """A chat template file (Jinja) replacing the tokenizer's, or a template rlvr ships by name
+    (tulu_thinker_r1_style) (needs chat: true)."""
     kinds: list[str] | None = None
     """allenai: only rows of these kinds (e.g. [gsm8k, math, ifeval]); null: every row, and one rlvr cannot verify
     stops the run before it starts."""
@@ -112,7 +113,9 @@ class RolloutConfig:
     """More stop strings for the prompts of one dataset of the run, e.g. {gsm8k: ["Q:"]}."""
     max_tokens_by_dataset: dict[str, int] = field(default_factory=dict)
     """The generation length of one dataset's prompts instead of max_tokens, e.g. {gsm8k: 512, math: 1024}
-    (also the reference of its overlong punishment); a record's own `max_tokens` counts the same way."""
+    (also the reference of its overlong punishment); a record's own `max_tokens` counts the same way.
+    A key may name one kind of rows of a mixed dataset, as its records' `dataset` does:
+    {allenai/gsm8k: 512, allenai/math: 1024} (the dataset's own key holds for its other kinds)."""
 
 
 @dataclass
@@ -571,10 +574,12 @@ def check(cfg: TrainConfig) -> list[str]:
     if any(not s for s in r.stop) or any(not s for ss in r.stop_by_dataset.values() for s in ss):
         raise ConfigError("rollout.stop: stop strings must be non-empty")
     names = [cfg.data.dataset] if cfg.data.dataset else list(cfg.data.mix or {})
-    for key, table in (("stop_by_dataset", r.stop_by_dataset), ("max_tokens_by_dataset", r.max_tokens_by_dataset)):
-        for name in table:
-            if name not in names:
-                raise ConfigError(f"rollout.{key}: {name} is not a dataset of this run ({', '.join(names)})")
+    for name in r.stop_by_dataset:
+        if name not in names:
+            raise ConfigError(f"rollout.stop_by_dataset: {name} is not a dataset of this run ({', '.join(names)})")
+    from rlvr.data import split_kind_keys
+
+    split_kind_keys(r.max_tokens_by_dataset, names, "rollout.max_tokens_by_dataset")   # allenai/gsm8k: a kind
     for name, n in r.max_tokens_by_dataset.items():
         if n < 1 or n < (cfg.dapo.overlong_buffer or 0):
             raise ConfigError(f"rollout.max_tokens_by_dataset.{name}: must be >= 1 and >= dapo.overlong_buffer "

@@ -17,7 +17,8 @@ from rlvr.data import ChatOptions, apply_order, load_records, mix, read_order
 
 def per_dataset_options(dcfg, rollout, name: str, names: list[str]) -> dict:
     """load_records' per-dataset options from data.template / filters / assistant_prefix (one
-    value, or one per dataset) and rollout.stop_by_dataset / max_tokens_by_dataset."""
+    value, or one per dataset) and rollout.stop_by_dataset / max_tokens_by_dataset (whose
+    allenai/gsm8k-style keys give one kind of a mixed dataset's rows their own length)."""
     from rlvr.data.filters import per_dataset
 
     def pick(value, key: str):
@@ -31,8 +32,12 @@ def per_dataset_options(dcfg, rollout, name: str, names: list[str]) -> dict:
     out = {"template": pick(dcfg.template, "template"), "assistant_prefix": pick(dcfg.assistant_prefix, "assistant_prefix"),
            "filters": per_dataset(dcfg.filters, names).get(name)}
     if rollout is not None:
+        from rlvr.data import split_kind_keys
+
         out["stop"] = rollout.stop_by_dataset.get(name)
-        out["max_tokens"] = rollout.max_tokens_by_dataset.get(name)
+        whole, kinds = split_kind_keys(rollout.max_tokens_by_dataset, names, "rollout.max_tokens_by_dataset")
+        out["max_tokens"] = whole.get(name)
+        out["kind_max_tokens"] = kinds.get(name)
     return out
 
 
