@@ -469,6 +469,9 @@ def run_units(scan: Callable[[], list[Unit]], devices: Sequence[str | None], opt
                         elsewhere.add(unit)
                         continue
                     elsewhere.discard(unit)
+                    if unit_done(unit, opts):   # finished and released by another process since the scan
+                        claims.release(unit.out)
+                        continue
                     cmd = command(unit, opts, dev)
                     log(f"evaluating {unit.checkpoint} on {unit.task}" + (f" (GPU {dev})" if dev is not None else "")
                         + f"; log {os.path.join(unit.out, LOG)}")
