@@ -204,10 +204,9 @@ def cmd(paths, benchmarks, shots, harness, harness_python, model_args, tensor_pa
         _table(paths, fmt, baseline)
         return
     if harness != "olmes":  # another name of a dataset (if_multi_constraints) names its benchmark
-        from rlvr.data import ALIASES
+        from rlvr.data import split_name
 
-        benchmarks = tuple(ALIASES[b.partition(":")[0]] + "".join(b.partition(":")[1:])
-                           if b.partition(":")[0] in ALIASES else b for b in benchmarks)
+        benchmarks = tuple("".join(split_name(b, ":")) for b in benchmarks)
     if baseline is not None:
         raise click.UsageError("--baseline goes with --table")
     max_tokens, max_tokens_by = _lengths(max_tokens)
@@ -326,6 +325,10 @@ def _lengths(values: tuple[str, ...]) -> tuple[int | None, dict[str, int]]:
     every, by = None, {}
     for v in values:
         name, sep, n = v.rpartition("=")
+        if sep:
+            from rlvr.data import canonical
+
+            name = canonical(name)
         try:
             k = int(n)
         except ValueError:

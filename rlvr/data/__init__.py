@@ -20,11 +20,11 @@ import random
 from collections.abc import Iterator
 
 from rlvr.errors import BadInput, ConfigError, Failure
-from rlvr.data.catalog import ALIASES, SPECS, RowError, Spec, canonical, toy_rows
+from rlvr.data.catalog import ALIASES, SPECS, RowError, Spec, canonical, canonical_id, split_name, toy_rows
 from rlvr.data.sources import load_hub, load_rows, locate
 from rlvr.data.templates import TEMPLATES, ChatOptions, render
 
-__all__ = ["SPECS", "ALIASES", "TEMPLATES", "ChatOptions", "canonical", "load_records", "raw_rows", "select", "mix",
+__all__ = ["SPECS", "ALIASES", "TEMPLATES", "ChatOptions", "canonical", "canonical_id", "split_name", "load_records", "raw_rows", "select", "mix",
            "apply_order", "parse_mix", "read_order", "apply_chat_fields"]
 
 
@@ -235,7 +235,8 @@ def mix(streams: dict[str, list[dict]], weights: dict[str, float], seed: int = 0
 
 def read_order(path: str) -> list[tuple[str, int]]:
     """Prompt ids (with their line numbers) from an order file: one id per line, or JSONL
-    lines with an "id"; '#' comments and blank lines are skipped. Local or s3://."""
+    lines with an "id"; '#' comments and blank lines are skipped. Local or s3://. An id under
+    another name of its dataset (if_multi_constraints/k2) is read as its own (if_multi/k2)."""
     import orjson
 
     from rlvr.records import RecordError
@@ -261,7 +262,7 @@ def read_order(path: str) -> list[tuple[str, int]]:
                 s = orjson.loads(s)["id"]
             except (orjson.JSONDecodeError, KeyError, TypeError):
                 raise RecordError('expected an id or a JSON object with "id"', path, n, "id") from None
-        ids.append((str(s), n))
+        ids.append((canonical_id(str(s)), n))
     return ids
 
 

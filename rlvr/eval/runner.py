@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 
 import orjson
 
+from rlvr.data.catalog import split_name
 from rlvr.errors import UsageError
 from rlvr.records import atomic_write, dumps, write_json
 
@@ -111,7 +112,7 @@ def parse_sources(values: Sequence[str], benchmarks: Sequence[str]) -> dict[str,
     names = set(benchmarks) | {dataset_of(b) for b in benchmarks}
     out: dict[str, str] = {}
     for v in values:
-        name, sep, path = v.partition("=")
+        name, sep, path = split_name(v)
         if sep and name in names:
             out[name] = path
         elif sep and (name in known_benchmarks() or name in {dataset_of(b) for b in known_benchmarks()}):
