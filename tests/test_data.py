@@ -221,6 +221,28 @@ def test_missing_source_and_usage_errors(tmp_path):
     assert invoke("rlvr-data", ["gsm8k", "--shard", "3/2"]).code == 2
 
 
+def test_a_mistyped_relative_path_is_no_such_file_and_the_hub_hint_names_the_dataset(tmp_path, monkeypatch):
+    from rlvr.eval.runner import parse_sources
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.delenv("RLVR_DATA_DIR", raising=False)
+    monkeypatch.delenv("RLVR_S3_DATASETS", raising=False)
+    for args in (["gsm8k", "--source", "data/tset.jsonl"], ["gsm8k", "--source", "gsm8k=data/tset.jsonl"],
+                 ["gsm8k", "--source", "tset.jsonl"], ["gsm8k", "--shots", "2", "--source", "data/tset.jsonl"]):
+        r = invoke("rlvr-data", args)
+        assert r.code == 1 and r.stderr.strip().endswith("tset.jsonl: no such file or folder"), (args, r.stderr)
+        assert "hub" not in r.stderr
+    r = invoke("rlvr-data", ["gsm8k", "--source", "someorg/gsm8k-copy"])   # a hub name is still a hub name
+    assert r.code == 1 and "cannot load 'someorg/gsm8k-copy' from the Hugging Face hub" in r.stderr
+    assert "$RLVR_S3_DATASETS/gsm8k/ or $RLVR_DATA_DIR/gsm8k/" in r.stderr and "NAME" not in r.stderr
+    with pytest.raises(Exception, match="--source gsm8k=data/tset.jsonl: no such file or folder"):
+        parse_sources(["gsm8k=data/tset.jsonl"], ["gsm8k", "ifeval"])
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "test.jsonl").write_text("")
+    assert parse_sources(["data/test.jsonl"], ["gsm8k"]) == {"gsm8k": "data/test.jsonl"}
+
+
 def test_toy_task_is_deterministic():
     a = select(load_records("toy"), limit=5)
     assert a == select(load_records("toy"), limit=5)

@@ -276,7 +276,7 @@ def test_jobs_run_on_the_free_gpus_at_once_and_skip_finished_ones(tiny_model_dir
     assert r.returncode == 0 and "1 job(s) x 1 task(s): 0 to run" in r.stderr   # job a is node 1's
 
 
-def test_no_free_gpu_fails_and_usage_errors(tmp_path):
+def test_no_free_gpu_fails_and_usage_errors(tmp_path, monkeypatch):
     env = fake_node(tmp_path, ["busy"])
     jobs = tmp_path / "jobs.json"
     jobs.write_text('[{"checkpoint_path": "/nowhere", "output_name": "x"}]')
@@ -291,6 +291,14 @@ def test_no_free_gpu_fails_and_usage_errors(tmp_path):
     assert r.code == 2 and "do not go together" in r.stderr
     r = invoke("rlvr-eval", ["x", str(tmp_path / "o"), "-b", "toy", "--range", "0:1"])
     assert r.code == 2 and "--range goes with --jobs" in r.stderr
+    # a mistyped --source or RLVR_DATA_DIR: one line before any child starts (nothing written)
+    r = invoke("rlvr-eval", ["--jobs", str(jobs), str(tmp_path / "o"), "-b", "gsm8k:1", "--source",
+                             f"gsm8k={tmp_path}/data/tset.jsonl"])
+    assert r.code == 2 and r.stderr.strip().endswith("tset.jsonl: no such file or folder") and not (tmp_path / "o").exists()
+    monkeypatch.setenv("RLVR_DATA_DIR", str(tmp_path / "nodata"))
+    r = invoke("rlvr-eval", ["--jobs", str(jobs), str(tmp_path / "o"), "-b", "gsm8k:1"])
+    monkeypatch.delenv("RLVR_DATA_DIR")
+    assert r.code == 1 and f"RLVR_DATA_DIR={tmp_path}/nodata: no such folder" in r.stderr and not (tmp_path / "o").exists()
     jobs.write_text('[{"checkpoint_path": "/nowhere"}]')
     r = invoke("rlvr-eval", ["--jobs", str(jobs), str(tmp_path / "o"), "-b", "toy"])
     assert r.code == 3 and f"{jobs}:1: field output_name: missing" in r.stderr

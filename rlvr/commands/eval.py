@@ -251,6 +251,9 @@ def cmd(paths, benchmarks, shots, harness, harness_python, model_args, tensor_pa
                         verify_jobs=verify_jobs, progress=progress, system=system, thinking=thinking,
                         chat_template=chat_template, harness=harness, harness_python=harness_python,
                         model_args=model_args, shots=shots if harness == "olmes" else None)
+        from rlvr.data.sources import check_data_dir
+
+        check_data_dir()   # --source paths were checked by _options: one line before any child starts
         work = sweep.read_jobs(jobs_file) if jobs_file else None   # bad input fails before any GPU is asked
         if work is not None:
             work = sweep.select_jobs(work, sweep.parse_range(span), parse_shard(shard))

@@ -50,7 +50,7 @@ def raw_rows(name: str, split: str | None = None, source: str | None = None) -> 
             rows.extend(load_hub(spec.hub, hub_split, config, loc.tried, spec.name))
         where = f"hub:{spec.hub}"
     else:
-        rows = load_rows(loc.path, split, whole=loc.whole)
+        rows = load_rows(loc.path, split, whole=loc.whole, dataset=spec.name)
         where = loc.label
     if spec.split_filter is not None and rows and "task_id" in rows[0]:
         rows = [r for r in rows if spec.split_filter(r, split)]

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 import orjson
 
 from rlvr.data.catalog import split_name
-from rlvr.errors import UsageError
+from rlvr.errors import RlvrError, UsageError
 from rlvr.records import atomic_write, dumps, write_json
 
 IF_METRICS = ("prompt_level_strict_acc", "inst_level_strict_acc", "prompt_level_loose_acc", "inst_level_loose_acc")
@@ -108,7 +108,10 @@ def source_for(bench: str, sources: dict[str, str]) -> str | None:
 
 def parse_sources(values: Sequence[str], benchmarks: Sequence[str]) -> dict[str, str]:
     """--source values ([NAME=]PATH) -> {benchmark or dataset: PATH}; a bare PATH needs one
-    benchmark. UsageError for a NAME that is neither a benchmark nor one's dataset."""
+    benchmark. UsageError for a NAME that is neither a benchmark nor one's dataset, and for a
+    local path (rlvr.data.sources.looks_like_path) that does not exist."""
+    from rlvr.data.sources import check_local
+
     names = set(benchmarks) | {dataset_of(b) for b in benchmarks}
     out: dict[str, str] = {}
     for v in values:
@@ -119,10 +122,14 @@ def parse_sources(values: Sequence[str], benchmarks: Sequence[str]) -> dict[str,
             raise UsageError(f"--source {v}: {name} is not a benchmark (or the dataset of one) of this evaluation "
                              f"({', '.join(benchmarks)})")
         elif len(benchmarks) == 1:
-            out[benchmarks[0]] = v
+            out[benchmarks[0]] = path = v
         else:
             raise UsageError(f"--source {v!r}: with several benchmarks write NAME=PATH (NAME: a benchmark, or its "
                              "dataset: gsm8k, math, mbpp, humaneval, ifeval, ...)")
+        try:   # a mistyped path fails here, before any model or child starts
+            check_local(path)
+        except RlvrError:
+            raise UsageError(f"--source {v}: no such file or folder") from None
     return out
 PASSK_TEMPERATURE = 1.0
 
