@@ -137,7 +137,7 @@ def test_every_name_option_order_file_and_config_take_both_names_of_a_dataset(tm
     one = data(other, "--source", f"{alias}={f}", "--order", str(order))
     assert [r["id"] for r in one] == ["if_multi/k3", "if_multi/k1"]
     # rlvr-eval's --source, and a training config's per-dataset keys
-    assert parse_sources([f"{alias}=x.jsonl"], ["if_multi"]) == {"if_multi": "x.jsonl"}
+    assert parse_sources([f"{alias}={f}"], ["if_multi"]) == {"if_multi": str(f)}
     section = data_section({"mix": {alias: 1}, "source": {alias: "x"}, "order": {alias: "o"},
                             "template": {alias: "T"}, "filters": {alias: {"f": [1]}}, "assistant_prefix": {alias: "A"}})
     assert all(section[k] == {"if_multi": v} for k, v in

@@ -204,9 +204,9 @@ def cmd(paths, benchmarks, shots, harness, harness_python, model_args, tensor_pa
         _table(paths, fmt, baseline)
         return
     if harness != "olmes":  # another name of a dataset (if_multi_constraints) names its benchmark
-        from rlvr.data import split_name
+        from rlvr.data import benchmark_name
 
-        benchmarks = tuple("".join(split_name(b, ":")) for b in benchmarks)
+        benchmarks = tuple(benchmark_name(b) for b in benchmarks)
     if baseline is not None:
         raise click.UsageError("--baseline goes with --table")
     max_tokens, max_tokens_by = _lengths(max_tokens)

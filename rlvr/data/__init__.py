@@ -20,11 +20,11 @@ import random
 from collections.abc import Iterator
 
 from rlvr.errors import BadInput, ConfigError, Failure
-from rlvr.data.catalog import ALIASES, SPECS, RowError, Spec, canonical, canonical_id, split_name, toy_rows
+from rlvr.data.catalog import ALIASES, SPECS, RowError, Spec, benchmark_name, canonical, canonical_id, split_name, toy_rows
 from rlvr.data.sources import load_hub, load_rows, locate
 from rlvr.data.templates import TEMPLATES, ChatOptions, render
 
-__all__ = ["SPECS", "ALIASES", "TEMPLATES", "ChatOptions", "canonical", "canonical_id", "split_name", "load_records", "raw_rows", "select", "mix",
+__all__ = ["SPECS", "ALIASES", "TEMPLATES", "ChatOptions", "benchmark_name", "canonical", "canonical_id", "split_name", "load_records", "raw_rows", "select", "mix",
            "apply_order", "parse_mix", "read_order", "apply_chat_fields"]
 
 

@@ -286,11 +286,18 @@ def canonical(name: str) -> str:
 
 def split_name(value: str, sep: str = "=") -> tuple[str, str, str]:
     """value.partition(sep) with the key under its dataset's own name: the one place where every
-    NAME=VALUE option (--source, --order, --template, --max-tokens, ...), NAME:N benchmark and
-    NAME.FIELD filter maps a dataset's other names
+    NAME=VALUE option (--source, --order, --template, --max-tokens, ...) maps a dataset's other
+    names (a bare VALUE, with no separator, is left as it is)
     (``if_multi_constraints=f.jsonl`` -> ``("if_multi", "=", "f.jsonl")``)."""
     key, s, rest = value.partition(sep)
     return (canonical(key) if s else key), s, rest
+
+
+def benchmark_name(bench: str) -> str:
+    """A -b value (NAME or NAME:SHOTS) under its dataset's own name (if_multi_constraints:0 ->
+    if_multi:0)."""
+    name, sep, shots = bench.partition(":")
+    return canonical(name) + sep + shots
 
 
 def canonical_id(rid: str) -> str:
