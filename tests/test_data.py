@@ -222,7 +222,7 @@ def test_missing_source_and_usage_errors(tmp_path):
 
 
 def test_a_mistyped_relative_path_is_no_such_file_and_the_hub_hint_names_the_dataset(tmp_path, monkeypatch):
-    from rlvr.eval.runner import parse_sources
+    from rlvr.eval.runner import check_source_paths, parse_sources
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
@@ -236,11 +236,11 @@ def test_a_mistyped_relative_path_is_no_such_file_and_the_hub_hint_names_the_dat
     r = invoke("rlvr-data", ["gsm8k", "--source", "someorg/gsm8k-copy"])   # a hub name is still a hub name
     assert r.code == 1 and "cannot load 'someorg/gsm8k-copy' from the Hugging Face hub" in r.stderr
     assert "$RLVR_S3_DATASETS/gsm8k/ or $RLVR_DATA_DIR/gsm8k/" in r.stderr and "NAME" not in r.stderr
-    with pytest.raises(Exception, match="--source gsm8k=data/tset.jsonl: no such file or folder"):
-        parse_sources(["gsm8k=data/tset.jsonl"], ["gsm8k", "ifeval"])
+    with pytest.raises(Exception, match="--source data/tset.jsonl: no such file or folder"):
+        check_source_paths(parse_sources(["gsm8k=data/tset.jsonl"], ["gsm8k", "ifeval"]))
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "test.jsonl").write_text("")
-    assert parse_sources(["data/test.jsonl"], ["gsm8k"]) == {"gsm8k": "data/test.jsonl"}
+    check_source_paths({"gsm8k": "data/test.jsonl", "math": "org/hub-name", "ifeval": "s3://b/none/"})
 
 
 def test_toy_task_is_deterministic():

@@ -108,10 +108,7 @@ def source_for(bench: str, sources: dict[str, str]) -> str | None:
 
 def parse_sources(values: Sequence[str], benchmarks: Sequence[str]) -> dict[str, str]:
     """--source values ([NAME=]PATH) -> {benchmark or dataset: PATH}; a bare PATH needs one
-    benchmark. UsageError for a NAME that is neither a benchmark nor one's dataset, and for a
-    local path (rlvr.data.sources.looks_like_path) that does not exist."""
-    from rlvr.data.sources import check_local
-
+    benchmark. UsageError for a NAME that is neither a benchmark nor one's dataset."""
     names = set(benchmarks) | {dataset_of(b) for b in benchmarks}
     out: dict[str, str] = {}
     for v in values:
@@ -122,15 +119,25 @@ def parse_sources(values: Sequence[str], benchmarks: Sequence[str]) -> dict[str,
             raise UsageError(f"--source {v}: {name} is not a benchmark (or the dataset of one) of this evaluation "
                              f"({', '.join(benchmarks)})")
         elif len(benchmarks) == 1:
-            out[benchmarks[0]] = path = v
+            out[benchmarks[0]] = v
         else:
             raise UsageError(f"--source {v!r}: with several benchmarks write NAME=PATH (NAME: a benchmark, or its "
                              "dataset: gsm8k, math, mbpp, humaneval, ifeval, ...)")
-        try:   # a mistyped path fails here, before any model or child starts
+    return out
+
+
+def check_source_paths(sources: dict[str, str]) -> None:
+    """UsageError for a --source that looks like a local path (rlvr.data.sources.looks_like_path)
+    and does not exist: a mistyped path fails at once, before any model or child starts."""
+    from rlvr.data.sources import check_local
+
+    for path in sources.values():
+        try:
             check_local(path)
         except RlvrError:
-            raise UsageError(f"--source {v}: no such file or folder") from None
-    return out
+            raise UsageError(f"--source {path}: no such file or folder") from None
+
+
 PASSK_TEMPERATURE = 1.0
 
 
