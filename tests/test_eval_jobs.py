@@ -378,6 +378,29 @@ def test_watch_evaluates_each_checkpoint_once_on_the_gpus_named_within_cuda_visi
     assert r.returncode == 0 and "evaluating" not in r.stderr and r.stdout == ""
 
 
+def test_offline_single_evaluation_and_watch_read_lm_evals_task_rows_from_rlvr_data_dir(tiny_model_dir, tmp_path):
+    """The users' offline checks, hub unreachable: `rlvr-eval MODEL OUT -b gsm8k` and `--watch ...
+    -b gsm8k:1`, lm-eval's gsm8k rows (test and the few-shot train split) from $RLVR_DATA_DIR."""
+    shutil.copytree(tiny_model_dir, tmp_path / "run" / "checkpoints" / "step_000002")
+    env = dict(os.environ, OMP_NUM_THREADS="1", RLVR_DATA_DIR=os.path.join(REPO, "tests", "data", "lmeval"),
+               HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", HF_ENDPOINT="http://127.0.0.1:9")
+    env.pop("RLVR_S3_DATASETS", None)
+    single = [sys.executable, "-m", "rlvr.commands.eval", str(tmp_path / "run" / "checkpoints" / "step_000002"),
+              str(tmp_path / "one"), "-b", "gsm8k", "--limit", "2", "--max-tokens", "4", *HF]
+    watch = [sys.executable, "-m", "rlvr.commands.eval", "--watch", str(tmp_path / "run" / "checkpoints" / "step_*"),
+             str(tmp_path / "evals"), "-b", "gsm8k:1", "--once", "--limit", "2", "--max-tokens", "4", *HF]
+    for cmd, folder in ((single, tmp_path / "one"), (watch, tmp_path / "evals" / "step_000002" / "gsm8k_1shot")):
+        r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
+        logs = "".join(p.read_text() for p in tmp_path.glob("evals/*/*/eval.log"))
+        assert r.returncode == 0, r.stderr + logs
+        s = summary(folder)
+        assert s["records"] == 2 and s["benchmark"] == "gsm8k" and orjson.loads(r.stdout)["benchmark"] == "gsm8k"
+        for noise in ("thrown while requesting", "Couldn't reach", "Traceback"):
+            assert noise not in r.stderr + logs
+    assert summary(tmp_path / "one")["settings"]["num_fewshot"] == 8
+    assert summary(tmp_path / "evals" / "step_000002" / "gsm8k_1shot")["settings"]["num_fewshot"] == 1
+
+
 def test_checkpoint_ids_follow_the_pattern(tmp_path):
     assert sweep.fixed_prefix("results/run_*/checkpoints/step_*") == "results"
     assert sweep.checkpoint_id("results/run_a/checkpoints/step_000010", "results/run_*/checkpoints/step_*") == \

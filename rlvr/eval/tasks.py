@@ -345,7 +345,10 @@ _ADDED: set[str] = set()
 
 def load(name: str, shots: int | None = None, seed: int = 42, source: str | None = None) -> dict:
     """{stock lm-eval name: configured lm-eval Task} as `lm_eval --num_fewshot N --seed SEED` sets
-    it up; built once per process and arguments (build_all_requests rebuilds the instances)."""
+    it up; built once per process and arguments (build_all_requests rebuilds the instances).
+    shots None: rlvr-eval's default count of the task (StdTask.shots, as --harness lm-eval and
+    --jobs use; gsm8k 8, where lm-eval's own yaml says 5)."""
+    shots = standard(name).shots if shots is None else shots
     key = (name, shots, seed, rows_key(source))
     if key not in _LOADED:
         _LOADED[key] = _load(name, shots, seed, source)
