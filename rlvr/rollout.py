@@ -227,8 +227,8 @@ def _model_max_len(model: str) -> int | None:
     return int(n) if isinstance(n, int) and n > 0 else None
 
 
-def fitted_max_model_len(records: list[dict], settings: RolloutSettings) -> tuple[int, int] | None:
-    """(context, longest prompt) for an engine that has to hold these prompts and no more: the
+def fitted_max_model_len(records: list[dict], settings: RolloutSettings) -> tuple[int, int, int] | None:
+    """(context, longest prompt, largest max_tokens) for an engine that has to hold these prompts and no more: the
     longest prompt in tokens (as the engine will tokenize it, chat template included; or
     --max-prompt-len when given) plus max_tokens (each record's own when it has one), rounded
     up to a multiple of 256, at most the
@@ -261,7 +261,7 @@ def fitted_max_model_len(records: list[dict], settings: RolloutSettings) -> tupl
             longest, want = max(longest, k), max(want, k + n)
     fitted = -(-want // MODEL_LEN_STEP) * MODEL_LEN_STEP
     own = _model_max_len(model)
-    return (min(fitted, own) if own else fitted), longest
+    return (min(fitted, own) if own else fitted), longest, max(lengths)
 
 
 def sampling_meta(settings: RolloutSettings, limit: int | None = None) -> dict:

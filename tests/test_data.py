@@ -113,6 +113,38 @@ def test_if_multi_ground_truth_string(tmp_path, monkeypatch):
     assert load_records("if_multi_constraints", split="train")[0]["dataset"] == "if_multi"
 
 
+@pytest.mark.parametrize("alias", ["if_multi", "if_multi_constraints"])
+def test_every_name_option_order_file_and_config_take_both_names_of_a_dataset(tmp_path, alias):
+    from rlvr.data.configs import data_section
+    from rlvr.eval.runner import parse_sources
+
+    f = tmp_path / "ifm.jsonl"
+    f.write_text("".join(orjson.dumps({"key": k, "messages": [{"role": "user", "content": f"Write {k}."}],
+                                       "ground_truth": '[{"instruction_id": ["punctuation:no_comma"], "kwargs": [{}]}]'}
+                                      ).decode() + "\n" for k in ("k1", "k2", "k3")))
+    order = tmp_path / "order.txt"
+    order.write_text(f"{alias}/k3\n{alias}/k1\n")      # the users' curricula name ids either way
+    other = "if_multi_constraints" if alias == "if_multi" else "if_multi"
+    gsm = f"{D}/gsm8k/test.jsonl"
+    recs = data("--mix", f"{other}:1,gsm8k:1", "--source", f"{alias}={f}", "--source", f"gsm8k={gsm}",
+                "--order", f"{alias}={order}", "--max-tokens", f"{alias}=77", "--template", f"{alias}=Q: {{question}}",
+                "--filter", f"{alias}.verifier=if_multi", "--stop", f"{alias}=END", "--limit", "30")
+    ifm = [r for r in recs if r["dataset"] == "if_multi"]
+    assert [r["id"] for r in ifm] == ["if_multi/k3", "if_multi/k1"]
+    assert all(r["max_tokens"] == 77 and r["prompt"] == f"Q: Write {r['id'][-2:]}." and r["stop"] == ["END"] for r in ifm)
+    assert all("max_tokens" not in r for r in recs if r["dataset"] == "gsm8k")
+    # one dataset named one way, its options the other way; a whole-output order file
+    one = data(other, "--source", f"{alias}={f}", "--order", str(order))
+    assert [r["id"] for r in one] == ["if_multi/k3", "if_multi/k1"]
+    # rlvr-eval's --source, and a training config's per-dataset keys
+    assert parse_sources([f"{alias}={f}"], ["if_multi"]) == {"if_multi": str(f)}
+    section = data_section({"mix": {alias: 1}, "source": {alias: "x"}, "order": {alias: "o"},
+                            "template": {alias: "T"}, "filters": {alias: {"f": [1]}}, "assistant_prefix": {alias: "A"}})
+    assert all(section[k] == {"if_multi": v} for k, v in
+               (("mix", 1), ("source", "x"), ("order", "o"), ("template", "T"), ("filters", {"f": [1]}),
+                ("assistant_prefix", "A")))
+
+
 def test_shuffle_limit_shard_partition():
     full = data("gsm8k", "--source", f"{D}/gsm8k/test.jsonl", "--shuffle", "--seed", "3", "--limit", "10")
     again = data("gsm8k", "--source", f"{D}/gsm8k/test.jsonl", "--shuffle", "--seed", "3", "--limit", "10")
@@ -187,6 +219,28 @@ def test_missing_source_and_usage_errors(tmp_path):
     assert r.code == 1 and "no such file" in r.stderr
     assert invoke("rlvr-data", []).code == 2
     assert invoke("rlvr-data", ["gsm8k", "--shard", "3/2"]).code == 2
+
+
+def test_a_mistyped_relative_path_is_no_such_file_and_the_hub_hint_names_the_dataset(tmp_path, monkeypatch):
+    from rlvr.eval.runner import check_source_paths, parse_sources
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.delenv("RLVR_DATA_DIR", raising=False)
+    monkeypatch.delenv("RLVR_S3_DATASETS", raising=False)
+    for args in (["gsm8k", "--source", "data/tset.jsonl"], ["gsm8k", "--source", "gsm8k=data/tset.jsonl"],
+                 ["gsm8k", "--source", "tset.jsonl"], ["gsm8k", "--shots", "2", "--source", "data/tset.jsonl"]):
+        r = invoke("rlvr-data", args)
+        assert r.code == 1 and r.stderr.strip().endswith("tset.jsonl: no such file or folder"), (args, r.stderr)
+        assert "hub" not in r.stderr
+    r = invoke("rlvr-data", ["gsm8k", "--source", "someorg/gsm8k-copy"])   # a hub name is still a hub name
+    assert r.code == 1 and "cannot load 'someorg/gsm8k-copy' from the Hugging Face hub" in r.stderr
+    assert "$RLVR_S3_DATASETS/gsm8k/ or $RLVR_DATA_DIR/gsm8k/" in r.stderr and "NAME" not in r.stderr
+    with pytest.raises(Exception, match="--source data/tset.jsonl: no such file or folder"):
+        check_source_paths(parse_sources(["gsm8k=data/tset.jsonl"], ["gsm8k", "ifeval"]))
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "test.jsonl").write_text("")
+    check_source_paths({"gsm8k": "data/test.jsonl", "math": "org/hub-name", "ifeval": "s3://b/none/"})
 
 
 def test_toy_task_is_deterministic():

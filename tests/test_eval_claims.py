@@ -110,6 +110,49 @@ def test_an_owner_whose_claim_was_taken_notices_at_its_next_beat(tmp_path):
     assert cl.current(unit).owner["host"] == "node2" and "released" not in cl.current(unit).owner
 
 
+def test_an_empty_or_torn_claim_is_taken_over_after_a_grace_period(tmp_path):
+    logs: list[str] = []
+    clock = Clock()
+    c = cl.Claims(clock=clock, grace=60.0, log=logs.append)
+    fresh, old = str(tmp_path / "fresh"), str(tmp_path / "old")
+    for folder, text in ((fresh, ""), (old, '{"host": "node2", "pi')):
+        os.makedirs(folder)
+        with open(os.path.join(folder, f"{cl.PREFIX}3"), "w") as fh:
+            fh.write(text)
+    stamp = os.path.getmtime(os.path.join(old, f"{cl.PREFIX}3")) - 3600
+    os.utime(os.path.join(old, f"{cl.PREFIX}3"), (stamp, stamp))
+    # an hour-old torn file: nobody is writing it, taken over at once
+    assert c.state(old)[0] == "dead" and c.acquire(old) and cl.current(old).gen == 4
+    assert "unreadable claim .rlvr-claim.3" in logs[-1]
+    # a new empty file may be a claim being written: live, until it stays so for the grace period
+    assert c.state(fresh)[0] == "live" and not c.acquire(fresh)
+    clock.t += 59
+    assert not c.acquire(fresh)
+    clock.t += 1
+    assert c.state(fresh)[0] == "dead" and c.acquire(fresh) and cl.current(fresh).owner["pid"] == os.getpid()
+    assert sorted(os.listdir(fresh)) == [f"{cl.PREFIX}3", f"{cl.PREFIX}4"]
+
+
+def test_a_unit_finished_elsewhere_between_scan_and_claim_is_not_run_again(tmp_path):
+    unit = sweep.Unit("/ckpt", str(tmp_path / "a" / "toy"), sweep.Task("toy"))
+    ran: list[str] = []
+
+    def scan():
+        left = [u for u in [unit] if not sweep.unit_done(u, ev.EvalOptions())]
+        if left:   # meanwhile another node finishes the unit and releases its claim
+            plant(unit.out, 0, **cl.machine(), pid=1, start="x", released=True)
+            with open(os.path.join(unit.out, "summary.json"), "w") as fh:
+                json.dump({"checkpoint": "c", "benchmark": "toy", "mode": "greedy", "metrics": {}}, fh)
+        return left
+
+    def command(u, opts, dev):
+        ran.append(u.out)
+        return [sys.executable, "-c", "pass"]
+
+    assert sweep.run_units(scan, [None], ev.EvalOptions(), log=lambda m: None, command=command) == 0
+    assert ran == [] and cl.current(unit.out).owner.get("released") and cl.current(unit.out).gen == 1
+
+
 # A stand-in for one evaluation: it records which scheduler ran it, waits until two units have
 # started (so the two schedulers provably ran at once), then writes its summary.json.
 FAKE_EVAL = textwrap.dedent("""

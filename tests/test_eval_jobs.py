@@ -211,13 +211,51 @@ def test_the_tasks_of_one_checkpoint_run_at_once_one_per_gpu(tiny_model_dir, tmp
     assert failed == 1 and len(logs) == 2 and "on broken: evaluation failed (exit 3): fake evaluation of" in logs[1]
 
 
+def test_a_gpu_freed_later_takes_the_next_unit_and_a_node_with_none_free_waits(tmp_path):
+    started = tmp_path / "started"
+    started.mkdir()
+    script = tmp_path / "fake_eval.py"
+    script.write_text(FAKE_EVAL)
+    opts = ev.EvalOptions()
+    units = [sweep.Unit("/ckpt", str(tmp_path / "evals" / "a" / t), sweep.Task(t)) for t in ("x", "y")]
+    scan = lambda: [u for u in units if not sweep.unit_done(u, opts)]  # noqa: E731
+    # GPU 0 free at the start; GPU 1 busy, then freed: the second unit runs there while the first
+    # still runs (each fake evaluation waits until both have started: only a second GPU lets it end)
+    answers = [[], ["1"]]
+    asked = []
+
+    def free():
+        asked.append(1)
+        return answers[min(len(asked) - 1, len(answers) - 1)]
+
+    command = lambda u, o, dev: [sys.executable, str(script), u.out, str(dev), str(started), "2"]  # noqa: E731
+    logs: list[str] = []
+    assert sweep.run_units(scan, ["0"], opts, log=logs.append, command=command, free=free, recheck=0.0) == 0
+    assert sorted(os.listdir(started)) == ["a-x@0", "a-y@1"] and len(asked) >= 2
+    # every GPU busy at the start: the units wait (one line) until one frees up, then use it
+    for u in units:
+        os.unlink(os.path.join(u.out, "summary.json"))
+    shutil.rmtree(started)
+    started.mkdir()
+    answers[:] = [[], [], ["2"]]
+    asked.clear()
+    logs.clear()
+    command = lambda u, o, dev: [sys.executable, str(script), u.out, str(dev), str(started), "1"]  # noqa: E731
+    assert sweep.run_units(scan, [], opts, log=logs.append, command=command, free=free, recheck=0.0) == 0
+    assert sorted(os.listdir(started)) == ["a-x@2", "a-y@2"]
+    assert logs[0] == "2 unit(s) to run and no free GPU; waiting for one (checking every 0 s)"
+    assert [ln for ln in logs if "waiting" in ln] == logs[:1]
+
+
 # --------------------------------------------------------------------------- end to end on fake GPUs
 
 
-def fake_node(tmp_path, gpus) -> dict:
-    """The environment of a node whose driver (the fake NVML) shows `gpus`: 'free' or 'busy'."""
+def fake_node(tmp_path, gpus, later=None) -> dict:
+    """The environment of a node whose driver (the fake NVML) shows `gpus`: 'free' or 'busy'
+    (for the first look at them, five readings; `later`: from then on)."""
     busy = (71234, 97, [[os.getpid(), 71000]])
-    samples = [[dict(zip(("used_mib", "util", "procs"), busy if g == "busy" else (4, 0, []))) for g in gpus]]
+    sample = lambda gs: [dict(zip(("used_mib", "util", "procs"), busy if g == "busy" else (4, 0, []))) for g in gs]  # noqa: E731
+    samples = [sample(gpus)] * (5 if later else 1) + ([sample(later)] if later else [])
     scn = {"gpus": [{"uuid": f"GPU-{i}f6c9a2e-1b3d-4c5e-9f7a-2d4b6c8e0a1{i}", "name": "NVIDIA A100-SXM4-80GB",
                      "total_mib": 81920} for i in range(len(gpus))], "samples": samples}
     path = tmp_path / "node.json"
@@ -242,7 +280,7 @@ def test_jobs_run_on_the_free_gpus_at_once_and_skip_finished_ones(tiny_model_dir
                                 for n in ("a", "b")]))
     out = tmp_path / "evals"
     plant(out / "model-a" / "gsm8k_1shot", 0, **machine(), pid=dead_pid(), start="1")
-    env = fake_node(tmp_path, ["free", "busy", "free"])
+    env = fake_node(tmp_path, ["busy", "busy", "busy"], later=["busy", "free", "free"])
     env.update(RLVR_DATA_DIR=os.path.join(REPO, "tests", "data", "lmeval"), HF_HUB_OFFLINE="1",
                HF_DATASETS_OFFLINE="1", HF_ENDPOINT="http://127.0.0.1:9")
     env.pop("RLVR_S3_DATASETS", None)
@@ -250,13 +288,14 @@ def test_jobs_run_on_the_free_gpus_at_once_and_skip_finished_ones(tiny_model_dir
            "--max-tokens", "4", *HF]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
     assert r.returncode == 0, r.stderr + "".join(p.read_text() for p in out.glob("*/*/eval.log"))
-    assert "2 job(s) x 1 task(s): 2 to run on GPU 0,2" in r.stderr          # GPU 1 is busy: never used
-    assert f"evaluating {tmp_path}/ckpts/a on gsm8k:1 (GPU 0)" in r.stderr
-    assert f"evaluating {tmp_path}/ckpts/b on gsm8k:1 (GPU 2)" in r.stderr  # both at once, one per GPU
+    # every GPU busy at the start: the node waits (no exit 4), and GPUs 1 and 2, freed later, take the units
+    assert "2 job(s) x 1 task(s): 2 to run on the GPUs as they free up (none is free now)" in r.stderr
+    assert f"evaluating {tmp_path}/ckpts/a on gsm8k:1 (GPU 1)" in r.stderr
+    assert f"evaluating {tmp_path}/ckpts/b on gsm8k:1 (GPU 2)" in r.stderr   # both at once, one per GPU
     assert "took over the claim" in r.stderr and "no longer running" in r.stderr
     assert sorted(orjson.loads(x)["checkpoint"] for x in r.stdout.splitlines()) == \
         [str(tmp_path / "ckpts" / n) for n in ("a", "b")]
-    for name, device in (("a", "0"), ("b", "2")):
+    for name, device in (("a", "1"), ("b", "2")):
         unit = out / f"model-{name}" / "gsm8k_1shot"
         s = summary(unit)
         assert s["checkpoint"] == str(tmp_path / "ckpts" / name) and s["records"] == 2
@@ -276,13 +315,18 @@ def test_jobs_run_on_the_free_gpus_at_once_and_skip_finished_ones(tiny_model_dir
     assert r.returncode == 0 and "1 job(s) x 1 task(s): 0 to run" in r.stderr   # job a is node 1's
 
 
-def test_no_free_gpu_fails_and_usage_errors(tmp_path):
+def test_no_free_gpu_fails_and_usage_errors(tmp_path, monkeypatch):
     env = fake_node(tmp_path, ["busy"])
     jobs = tmp_path / "jobs.json"
     jobs.write_text('[{"checkpoint_path": "/nowhere", "output_name": "x"}]')
-    cmd = [sys.executable, "-m", "rlvr.commands.eval", "--jobs", str(jobs), str(tmp_path / "o"), "-b", "toy"]
+    cmd = [sys.executable, "-m", "rlvr.commands.eval", "--jobs", str(jobs), str(tmp_path / "o"), "-b", "toy",
+           "--no-wait-gpus"]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
-    assert r.returncode == 4 and "no free GPU" in r.stderr
+    assert r.returncode == 4 and "no free GPU" in r.stderr      # one-shot use: every GPU busy is exit 4
+    cmd = [sys.executable, "-m", "rlvr.commands.eval", "--watch", str(tmp_path / "none" / "*"), str(tmp_path / "o"),
+           "-b", "toy", "--once"]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr                          # waiting is the default; nothing to wait for here
     r = invoke("rlvr-eval", ["--jobs", str(jobs), str(tmp_path / "o"), "-b", "toy", "--range", "3"])
     assert r.code == 2 and "START:END" in r.stderr
     # the standard task set is what rlvr-eval runs by default: every task and shot count is known
@@ -291,6 +335,14 @@ def test_no_free_gpu_fails_and_usage_errors(tmp_path):
     assert r.code == 2 and "do not go together" in r.stderr
     r = invoke("rlvr-eval", ["x", str(tmp_path / "o"), "-b", "toy", "--range", "0:1"])
     assert r.code == 2 and "--range goes with --jobs" in r.stderr
+    # a mistyped --source or RLVR_DATA_DIR: one line before any child starts (nothing written)
+    r = invoke("rlvr-eval", ["--jobs", str(jobs), str(tmp_path / "o"), "-b", "gsm8k:1", "--source",
+                             f"gsm8k={tmp_path}/data/tset.jsonl"])
+    assert r.code == 2 and r.stderr.strip().endswith("tset.jsonl: no such file or folder") and not (tmp_path / "o").exists()
+    monkeypatch.setenv("RLVR_DATA_DIR", str(tmp_path / "nodata"))
+    r = invoke("rlvr-eval", ["--jobs", str(jobs), str(tmp_path / "o"), "-b", "gsm8k:1"])
+    monkeypatch.delenv("RLVR_DATA_DIR")
+    assert r.code == 1 and f"RLVR_DATA_DIR={tmp_path}/nodata: no such folder" in r.stderr and not (tmp_path / "o").exists()
     jobs.write_text('[{"checkpoint_path": "/nowhere"}]')
     r = invoke("rlvr-eval", ["--jobs", str(jobs), str(tmp_path / "o"), "-b", "toy"])
     assert r.code == 3 and f"{jobs}:1: field output_name: missing" in r.stderr
@@ -324,6 +376,29 @@ def test_watch_evaluates_each_checkpoint_once_on_the_gpus_named_within_cuda_visi
     assert (out / "results.csv").read_text().splitlines()[0] == "checkpoint,math500_4tok accuracy"
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
     assert r.returncode == 0 and "evaluating" not in r.stderr and r.stdout == ""
+
+
+def test_offline_single_evaluation_and_watch_read_lm_evals_task_rows_from_rlvr_data_dir(tiny_model_dir, tmp_path):
+    """The users' offline checks, hub unreachable: `rlvr-eval MODEL OUT -b gsm8k` and `--watch ...
+    -b gsm8k:1`, lm-eval's gsm8k rows (test and the few-shot train split) from $RLVR_DATA_DIR."""
+    shutil.copytree(tiny_model_dir, tmp_path / "run" / "checkpoints" / "step_000002")
+    env = dict(os.environ, OMP_NUM_THREADS="1", RLVR_DATA_DIR=os.path.join(REPO, "tests", "data", "lmeval"),
+               HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", HF_ENDPOINT="http://127.0.0.1:9")
+    env.pop("RLVR_S3_DATASETS", None)
+    single = [sys.executable, "-m", "rlvr.commands.eval", str(tmp_path / "run" / "checkpoints" / "step_000002"),
+              str(tmp_path / "one"), "-b", "gsm8k", "--limit", "2", "--max-tokens", "4", *HF]
+    watch = [sys.executable, "-m", "rlvr.commands.eval", "--watch", str(tmp_path / "run" / "checkpoints" / "step_*"),
+             str(tmp_path / "evals"), "-b", "gsm8k:1", "--once", "--limit", "2", "--max-tokens", "4", *HF]
+    for cmd, folder in ((single, tmp_path / "one"), (watch, tmp_path / "evals" / "step_000002" / "gsm8k_1shot")):
+        r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
+        logs = "".join(p.read_text() for p in tmp_path.glob("evals/*/*/eval.log"))
+        assert r.returncode == 0, r.stderr + logs
+        s = summary(folder)
+        assert s["records"] == 2 and s["benchmark"] == "gsm8k" and orjson.loads(r.stdout)["benchmark"] == "gsm8k"
+        for noise in ("thrown while requesting", "Couldn't reach", "Traceback"):
+            assert noise not in r.stderr + logs
+    assert summary(tmp_path / "one")["settings"]["num_fewshot"] == 8
+    assert summary(tmp_path / "evals" / "step_000002" / "gsm8k_1shot")["settings"]["num_fewshot"] == 1
 
 
 def test_checkpoint_ids_follow_the_pattern(tmp_path):

@@ -367,6 +367,36 @@ def test_tasks_find_their_rows_like_every_dataset_offline_and_limit_builds_only_
     assert r.code == 0 and len(r.records()) == 1, r.stderr
 
 
+def test_bad_local_rows_and_too_few_shot_rows_are_one_line_before_lm_eval_sees_them(tmp_path):
+    import orjson
+
+    from helpers import invoke
+    from rlvr.errors import UsageError
+
+    rows = [orjson.loads(ln) for ln in open(f"{D}/gsm8k/test.jsonl", "rb")]
+    bad, small = tmp_path / "bad", tmp_path / "small"
+    for folder in (bad, small):
+        folder.mkdir()
+    (bad / "train.jsonl").write_bytes(open(f"{D}/gsm8k/train.jsonl", "rb").read())
+    del rows[2]["answer"]
+    (bad / "test.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    r = invoke("rlvr-data", ["gsm8k", "--shots", "2", "--source", str(bad)])
+    assert r.code == 3 and r.stderr.strip().splitlines()[-1] == (
+        f"rlvr-data: error: {bad}/test.jsonl: row 3: missing field 'answer' (lm-eval task gsm8k, test split, field answer)")
+    train = open(f"{D}/gsm8k/train.jsonl", "rb").read().splitlines(keepends=True)
+    (small / "train.jsonl").write_bytes(b"".join(train[:5]))
+    (small / "test.jsonl").write_bytes(open(f"{D}/gsm8k/test.jsonl", "rb").read())
+    r = invoke("rlvr-data", ["gsm8k", "--shots", "8", "--source", str(small), "--limit", "1"])
+    last = r.stderr.strip().splitlines()[-1]
+    assert r.code == 2 and "Traceback" not in r.stderr and "Sample larger" not in r.stderr
+    assert last == (f"rlvr-data: error: gsm8k: --shots 8 needs 8 few-shot examples, but its 'train' split ({small}) "
+                    "has 5 row(s): lower --shots or give a fuller train split")
+    assert invoke("rlvr-data", ["gsm8k", "--shots", "5", "--source", str(small), "--limit", "1"]).code == 0
+    # lm-eval's own harness gets the same checks when its task folder is written
+    with pytest.raises(UsageError, match="--shots 8 needs 8 few-shot examples, but its 'train' split"):
+        T.local_tasks("gsm8k", str(small), str(tmp_path / "t"), yaml_for=lambda lm: "x.yaml", shots=8)
+
+
 def test_offline_with_nothing_local_is_one_line_naming_the_places_looked_at(tmp_path):
     import subprocess
     import sys

@@ -257,10 +257,14 @@ def test_the_fitted_context_is_the_prompts_need_rounded_up_and_at_most_the_model
 
     recs = prompts(3) + [{"id": "long", "prompt": "seven " * 400}, {"error": {"message": "bad line", "line": 9}}]
     s = RolloutSettings(model=tiny_model_dir, engine="hf", sampling=Sampling(max_tokens=100))
-    ctx, longest = fitted_max_model_len(recs, s)
-    assert 400 <= longest < 500 and ctx == -(-(longest + 100) // 256) * 256
+    ctx, longest, tokens = fitted_max_model_len(recs, s)
+    assert 400 <= longest < 500 and ctx == -(-(longest + 100) // 256) * 256 and tokens == 100
     assert fitted_max_model_len(recs, RolloutSettings(model=tiny_model_dir, max_prompt_len=300,
-                                                      sampling=Sampling(max_tokens=300))) == (768, 300)
+                                                      sampling=Sampling(max_tokens=300))) == (768, 300, 300)
+    # a record's own max_tokens counts (rlvr-data writes them), and is what the count says it used
+    own = [dict(r, max_tokens=700) if r.get("id") == "long" else r for r in recs]
+    assert fitted_max_model_len(own, RolloutSettings(model=tiny_model_dir, record_max_tokens=True,
+                                                     sampling=Sampling(max_tokens=100)))[1:] == (longest, 700)
     # never above the model's own context (2048 here): longer prompts come out as prompt_too_long
     assert fitted_max_model_len(recs, RolloutSettings(model=tiny_model_dir, sampling=Sampling(max_tokens=4000)))[0] == 2048
     assert fitted_max_model_len(recs[-1:], s) is None

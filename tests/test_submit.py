@@ -897,6 +897,36 @@ def test_missing_s3_inputs_are_listed_and_nothing_is_sent(aws, tmp_path, monkeyp
         ["data.source.math", "data.order.gsm8k", "--input data", "--input model"]
 
 
+def test_validation_eval_config_and_teacher_inputs_are_checked_too(aws, tmp_path):
+    # validation's sources and benchmarks' datasets, --eval-config's benchmarks and --source
+    # values, and an s3:// teacher: one line each when missing, then submitted once all are there
+    b = aws.bucket
+    cfg = tmp_path / "inputs.yaml"
+    cfg.write_text(open(TINY).read() + f"teacher:\n  model: s3://{b}/models/teacher/\n"
+                   f"eval:\n  benchmarks: [gsm8k, math500, toy]\n  source: {{math500: s3://{b}/data/math500.jsonl}}\n")
+    spec = tmp_path / "watch.yaml"
+    spec.write_text(f"benchmarks: [ifeval, if_multi_constraints, gsm8k]\nargs: [--source, 'ifeval=s3://{b}/if/']\n")
+    args = [str(cfg), "--role", aws.role, "--s3", aws.s3uri, "--job-log", aws.log, "--image", f"{aws.repo}:v1",
+            "--name", "eval-inputs-job", "--env", f"RLVR_S3_DATASETS=s3://{b}/datasets/", "--eval-config", str(spec),
+            "--dry-run"]
+    r = invoke("rlvr-submit", args)
+    ds = f"s3://{b}/datasets"
+    assert [ln.removeprefix("rlvr-submit: ") for ln in r.stderr.strip().splitlines()[1:-1]] == [
+        f"teacher.model s3://{b}/models/teacher/: no such S3 folder",
+        f"eval.source.math500 s3://{b}/data/math500.jsonl: no such S3 object or folder",
+        f"--eval-config --source ifeval s3://{b}/if/: no such S3 object or folder",
+        f"eval benchmark gsm8k: dataset gsm8k (RLVR_S3_DATASETS) {ds}/gsm8k/ or {ds}/gsm8k_test/: "
+        "nothing under this S3 prefix",
+        f"--eval-config benchmark if_multi_constraints: dataset if_multi (RLVR_S3_DATASETS) {ds}/if_multi/ or "
+        f"{ds}/if_multi_train/: nothing under this S3 prefix"], r.stderr
+    assert r.code == 1 and "5 input(s) the job would read are not on S3" in r.stderr and r.stdout == ""
+    for key in ("models/teacher/config.json", "data/math500.jsonl", "if/train.jsonl", "datasets/gsm8k/test.jsonl",
+                "datasets/if_multi_train/part-0.jsonl"):
+        aws.s3.put_object(Bucket=b, Key=key, Body=b"{}")
+    r = invoke("rlvr-submit", args)
+    assert r.code == 0 and json.loads(r.stdout)["TrainingJobName"] == "eval-inputs-job", r.stderr
+
+
 def test_eval_config_defaults_to_the_last_quarter_of_the_gpus(aws, tmp_path):
     from rlvr.cloud.sagemaker import instance_gpus, split_gpus
 

@@ -16,6 +16,11 @@ calls (HeadObject, ListObjectsV2 of one key):
   environment (``--env``) sets ``RLVR_S3_DATASETS`` and no ``--input data`` channel is
   given: ``$RLVR_S3_DATASETS/NAME/`` or ``$RLVR_S3_DATASETS/NAME_<split>/`` (the order
   rlvr.data.sources.locate looks in) holds something;
+- ``teacher.model: s3://...`` (distillation): a folder holding ``config.json``;
+- validation (``eval.benchmarks``, ``eval.source``) and ``--eval-config`` (its ``benchmarks``
+  and the ``--source`` values of its ``args``): s3:// sources as data sources above, and each
+  benchmark's dataset without a source under ``RLVR_S3_DATASETS`` (its evaluated split), as
+  the training datasets;
 - ``--input NAME=s3://...`` channels: the prefix holds something (SageMaker refuses to start
   a job whose channel is empty).
 
@@ -42,12 +47,45 @@ def _s3(value) -> bool:
     return isinstance(value, str) and value.startswith("s3://")
 
 
-def job_inputs(cfg, channels: dict[str, str], env: dict[str, str]) -> list[Input]:
+def _benchmark_data(bench: str) -> tuple[str, str] | None:
+    """(dataset, evaluated split) of an rlvr-eval benchmark, None for one rlvr does not know."""
+    from rlvr.data import benchmark_name
+    from rlvr.eval import runner
+    from rlvr.eval.tasks import STANDARD
+
+    bench = benchmark_name(bench).partition(":")[0]
+    if bench in runner.BENCHMARKS:
+        return runner.BENCHMARKS[bench].dataset, runner.BENCHMARKS[bench].split
+    if bench in STANDARD:
+        return STANDARD[bench].data, STANDARD[bench].splits[0]
+    return None
+
+
+def _eval_sources(args: list[str], benchmarks: list[str]) -> dict[str, str]:
+    """{benchmark or dataset: value} of the --source options among rlvr-eval arguments."""
+    from rlvr.data import split_name
+
+    values = [a.split("=", 1)[1] for a in args if a.startswith("--source=")]
+    values += [b for a, b in zip(args, args[1:]) if a == "--source"]
+    out = {}
+    for v in values:
+        name, sep, path = split_name(v)
+        if sep and "/" not in name and ":" not in name:
+            out[name] = path
+        elif len(benchmarks) == 1:
+            out[benchmarks[0]] = v
+    return out
+
+
+def job_inputs(cfg, channels: dict[str, str], env: dict[str, str], eval_spec=None) -> list[Input]:
     """The s3:// inputs of a job running `cfg` (a TrainConfig, --set applied) with these input
-    channels and job environment variables."""
+    channels and job environment variables, and the evaluation beside it (an EvalSpec of
+    --eval-config, or None)."""
     out: list[Input] = []
     if _s3(cfg.model.path) and "model" not in channels:
         out.append(Input("model.path", (cfg.model.path,), "model"))
+    if _s3(cfg.teacher.model):
+        out.append(Input("teacher.model", (cfg.teacher.model,), "model"))
     sources = dict(cfg.data.source or {})
     for name, uri in sorted(sources.items()):
         if _s3(uri):
@@ -57,14 +95,32 @@ def job_inputs(cfg, channels: dict[str, str], env: dict[str, str]) -> list[Input
         if _s3(uri):
             out.append(Input(f"data.order.{name}" if name else "data.order", (uri,), "file"))
     prefix = (env.get(DATASETS_ENV) or "").strip()
-    if _s3(prefix) and "data" not in channels:
-        names = list(cfg.data.mix or {}) or ([cfg.data.dataset] if cfg.data.dataset else [])
-        base = prefix.rstrip("/") + "/"
-        split = cfg.data.split or "train"
-        for name in names:
-            if name != "toy" and name not in sources:
-                out.append(Input(f"dataset {name} ({DATASETS_ENV})", (f"{base}{name}/", f"{base}{name}_{split}/"),
-                                 "prefix"))
+    base = prefix.rstrip("/") + "/" if _s3(prefix) and "data" not in channels else None
+    # (who reads it, dataset, split) of every dataset that RLVR_S3_DATASETS would serve
+    wanted: list[tuple[str, str, str]] = []
+    names = list(cfg.data.mix or {}) or ([cfg.data.dataset] if cfg.data.dataset else [])
+    wanted += [("", n, cfg.data.split or "train") for n in names if n not in sources]
+    evals = [("eval", list(cfg.eval.benchmarks), dict(cfg.eval.source or {}))]
+    if eval_spec is not None and eval_spec.harness == "rlvr":
+        evals.append(("--eval-config", list(eval_spec.benchmarks),
+                      _eval_sources(list(eval_spec.args), list(eval_spec.benchmarks))))
+    for what, benches, given in evals:
+        from rlvr.eval.runner import source_for
+
+        for name, uri in sorted(given.items()):
+            if _s3(uri):
+                out.append(Input(f"{what}.source.{name}" if what == "eval" else f"{what} --source {name}", (uri,), "data"))
+        for b in benches:
+            found = _benchmark_data(b)
+            if found is not None and source_for(b.partition(":")[0], given) is None \
+                    and source_for(found[0], given) is None:
+                wanted.append((f"{what} benchmark {b}: ", *found))
+    seen = set()
+    for who, name, split in wanted if base is not None else []:
+        if name != "toy" and (name, split) not in seen:
+            seen.add((name, split))
+            out.append(Input(f"{who}dataset {name} ({DATASETS_ENV})", (f"{base}{name}/", f"{base}{name}_{split}/"),
+                             "prefix"))
     for name, uri in sorted(channels.items()):
         if _s3(uri):
             out.append(Input(f"--input {name}", (uri,), "prefix"))

@@ -195,7 +195,7 @@ class Submitter:
                 raise UsageError(f"--input {n}={uri}: no such folder")
         from rlvr.cloud.inputs import job_inputs
 
-        self.inputs = job_inputs(cfg, self.channels, self.env)  # checked on S3 before anything is sent
+        self.inputs = job_inputs(cfg, self.channels, self.env, self.eval_spec)  # checked on S3 before anything is sent
         self.image = img.ImageRef.parse(o.image)
         self.role = o.role or os.environ.get(ROLE_ENV) or (None if o.local else sagemaker_config_role())
         if not o.local:

@@ -7,8 +7,8 @@ import os
 import click
 
 from rlvr.cli import ConfigError, run, shard_callback, stdout_writer, with_examples
-from rlvr.data import (ALIASES, SPECS, TEMPLATES, ChatOptions, apply_chat_fields, apply_order, load_records, mix,
-                       parse_mix, read_order, select, split_kind_keys)
+from rlvr.data import (ALIASES, SPECS, TEMPLATES, ChatOptions, apply_chat_fields, apply_order, canonical,
+                       load_records, mix, parse_mix, read_order, select, split_kind_keys, split_name)
 from rlvr.eval.tasks import STANDARD as LM_TASKS
 
 HELP = with_examples(
@@ -87,8 +87,8 @@ rlvr-data math500 --chat --chat-template my_template.jinja --thinking --source M
 def _sources(values: tuple[str, ...], names: list[str]) -> dict[str, str | None]:
     out: dict[str, str | None] = {n: None for n in names}
     for v in values:
-        name, sep, path = v.partition("=")
-        if sep and (name in SPECS or name in ALIASES or name in LM_TASKS):
+        name, sep, path = split_name(v)
+        if sep and (name in SPECS or name in LM_TASKS):
             if name not in out:
                 raise ConfigError(f"--source {v}: {name} is not in the mixture")
             out[name] = path
@@ -137,6 +137,7 @@ def cmd(name, split, sources, fewshot_source, templates, shots, chat, system, th
         shuffle, seed, shard, mixture, filters, stops, lengths, prefixes, orders):
     if bool(name) == bool(mixture):
         raise click.UsageError("give a dataset NAME or --mix, not both or neither")
+    name = canonical(name) if name else name
     weights = parse_mix(mixture) if mixture else {name: 1.0}
     if kinds and "allenai" not in weights:
         raise click.UsageError("--kinds selects rows of allenai (not among the datasets given)")
@@ -150,7 +151,7 @@ def cmd(name, split, sources, fewshot_source, templates, shots, chat, system, th
     per: dict[str, str] = {}
     whole = []
     for v in orders:
-        n, sep, path = v.partition("=")
+        n, sep, path = split_name(v)
         if sep and n in weights:
             per[n] = path
         elif sep and n in SPECS and not os.path.exists(v):
@@ -224,7 +225,7 @@ def per_dataset(values: tuple[str, ...], names: list[str], option: str, once: bo
     that dataset of the run, a bare VALUE to every dataset."""
     out: dict = {}
     for v in values:
-        n, sep, rest = v.partition("=")
+        n, sep, rest = split_name(v)
         targets, value = ([n], rest) if sep and n in names else (names, v)
         if sep and n in SPECS and n not in names:
             raise ConfigError(f"{option} {v}: {n} is not a dataset of this run")
@@ -244,7 +245,7 @@ def _lengths(values: tuple[str, ...], names: list[str]) -> tuple[dict[str, int],
     dataset) as ({dataset: N}, {dataset: {kind: N}})."""
     plain, kinds = [], {}
     for v in values:
-        key, sep, n = v.partition("=")
+        key, sep, n = split_name(v)
         if sep and key not in names:
             kinds[key] = _positive(n, v)   # a kind (allenai/gsm8k), else refused by split_kind_keys
         else:

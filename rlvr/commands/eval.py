@@ -90,7 +90,9 @@ HELP = with_examples(
 
     GPU ids (--gpu, --gpus) are physical (nvidia-smi's numbering) with --gpu-mode absolute,
     or positions in CUDA_VISIBLE_DEVICES with --gpu-mode visible; --gpus auto picks the
-    free GPUs of this node (rlvr-gpu-free).
+    free GPUs of this node (rlvr-gpu-free). With --jobs and --watch, auto asks again whenever
+    a unit ends and every 30 s while units wait, so a GPU freed later takes the next unit; a
+    node whose GPUs are all busy waits for one (--no-wait-gpus: exit 4 instead).
 
     --table DIR prints one table of every rlvr summary.json and lm-eval results file
     (results_<date>.json) below DIR (a row per checkpoint, a column per task and metric); --baseline FILE (a YAML of
@@ -163,6 +165,8 @@ def _model_args(text: str | None) -> dict:
               help="Always 1: anything else fails (tensor parallelism changes scores of small models).")
 @click.option("--gpu", metavar="N", help="Run on this GPU (sets CUDA_VISIBLE_DEVICES).")
 @click.option("--gpus", metavar="0,1,...|auto", help="One engine per GPU (auto: the free ones); with --jobs and --watch, one task per GPU at a time (default: auto).")
+@click.option("--wait-gpus/--no-wait-gpus", default=True, show_default=True,
+              help="--jobs/--watch with --gpus auto: when no GPU is free at the start, wait for one (or exit 4).")
 @click.option("--gpu-mode", type=click.Choice(["absolute", "visible"]), default="absolute", show_default=True, help="GPU ids are physical, or positions in CUDA_VISIBLE_DEVICES.")
 @click.option("--jobs", "jobs_file", metavar="JOBS.json", help="Evaluate the checkpoints of this list ({checkpoint_path, output_name} objects) into OUT_DIR.")
 @click.option("--range", "span", metavar="A:B", help="--jobs: only jobs A to B-1 of the list (0-based; a node's part of a sweep).")
@@ -195,10 +199,10 @@ def _model_args(text: str | None) -> dict:
 @click.option("--verify-jobs", type=click.IntRange(min=1), help="Verifier worker processes (default: the cores).")
 @click.option("--subdirs", is_flag=True, help="Write OUT_DIR/<benchmark>/ even for one benchmark.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar on stderr (default: on a terminal).")
-def cmd(paths, benchmarks, shots, harness, harness_python, model_args, tensor_parallel_size, gpu, gpus, gpu_mode,
-        jobs_file, span, pass_at_k, pattern, interval, once, idle_exit, shard, table, fmt, baseline, engine, dtype,
-        max_model_len, kv_cache_gib, sources, limit, max_tokens, chat, system, thinking, chat_template, verify_jobs,
-        subdirs, progress):
+def cmd(paths, benchmarks, shots, harness, harness_python, model_args, tensor_parallel_size, gpu, gpus, wait_gpus,
+        gpu_mode, jobs_file, span, pass_at_k, pattern, interval, once, idle_exit, shard, table, fmt, baseline, engine,
+        dtype, max_model_len, kv_cache_gib, sources, limit, max_tokens, chat, system, thinking, chat_template,
+        verify_jobs, subdirs, progress):
     from rlvr.eval import jobs as sweep
     from rlvr.eval import runner as ev
 
@@ -206,10 +210,9 @@ def cmd(paths, benchmarks, shots, harness, harness_python, model_args, tensor_pa
         _table(paths, fmt, baseline)
         return
     if harness != "olmes":  # another name of a dataset (if_multi_constraints) names its benchmark
-        from rlvr.data import ALIASES
+        from rlvr.data import benchmark_name
 
-        benchmarks = tuple(ALIASES[b.partition(":")[0]] + "".join(b.partition(":")[1:])
-                           if b.partition(":")[0] in ALIASES else b for b in benchmarks)
+        benchmarks = tuple(benchmark_name(b) for b in benchmarks)
     if baseline is not None:
         raise click.UsageError("--baseline goes with --table")
     max_tokens, max_tokens_by = _lengths(max_tokens)
@@ -254,15 +257,21 @@ def cmd(paths, benchmarks, shots, harness, harness_python, model_args, tensor_pa
                         verify_jobs=verify_jobs, progress=progress, system=system, thinking=thinking,
                         chat_template=chat_template, harness=harness, harness_python=harness_python,
                         model_args=model_args, shots=shots if harness == "olmes" else None)
+        from rlvr.data.sources import check_data_dir
+
+        check_data_dir()   # --source paths were checked by _options: one line before any child starts
         work = sweep.read_jobs(jobs_file) if jobs_file else None   # bad input fails before any GPU is asked
         if work is not None:
             work = sweep.select_jobs(work, sweep.parse_range(span), parse_shard(shard))
-        devices = sweep.pick_gpus(gpu, gpus, gpu_mode, warn, default="auto") or [None]
+        devices = sweep.pick_gpus(gpu, gpus, gpu_mode, warn, default="auto", wait=wait_gpus)
+        # --gpus auto on a node with GPUs: asked again as units end, so GPUs freed later are used
+        free = sweep.free_now if devices is not None and gpu is None and (gpus or "auto") == "auto" else None
+        devices = [None] if devices is None else devices
         if work is not None:
-            failed = sweep.run_jobs(work, paths[0], tasks, opts, devices=devices, log=say)
+            failed = sweep.run_jobs(work, paths[0], tasks, opts, devices=devices, log=say, free=free)
         else:
             failed = sweep.watch(pattern, paths[0], tasks, opts, devices=devices, interval=interval, once=once,
-                                 idle_exit=idle_exit, shard=parse_shard(shard), log=say)
+                                 idle_exit=idle_exit, shard=parse_shard(shard), log=say, free=free)
         if failed:
             raise Failure(f"{failed} evaluation(s) failed (see above)")
         return
@@ -328,6 +337,10 @@ def _lengths(values: tuple[str, ...]) -> tuple[int | None, dict[str, int]]:
     every, by = None, {}
     for v in values:
         name, sep, n = v.rpartition("=")
+        if sep:
+            from rlvr.data import canonical
+
+            name = canonical(name)
         try:
             k = int(n)
         except ValueError:
@@ -347,8 +360,9 @@ def _harness(paths, benchmarks, shots, sources, python, limit, dtype, max_model_
     from rlvr.eval import runner as ev
     from rlvr.models import resolve_model
 
-    ckpt = resolve_model(paths[0], log=say).path   # s3://... (and Org/Name with RLVR_S3_MODELS): the local cache
     given = ev.parse_sources(sources, benchmarks)
+    ev.check_source_paths(given)
+    ckpt = resolve_model(paths[0], log=say).path   # s3://... (and Org/Name with RLVR_S3_MODELS): the local cache
     for b in benchmarks:
         res = hz.run_lm_eval(ckpt, paths[1], b, shots=shots, source=ev.source_for(b, given), python=python,
                              limit=limit, dtype=dtype, max_model_len=max_model_len,
@@ -358,7 +372,9 @@ def _harness(paths, benchmarks, shots, sources, python, limit, dtype, max_model_
 
 
 def _options(ev, benchmarks: list[str], sources: tuple[str, ...], **kw):
-    return ev.EvalOptions(source=ev.parse_sources(sources, benchmarks), **kw)
+    given = ev.parse_sources(sources, benchmarks)
+    ev.check_source_paths(given)
+    return ev.EvalOptions(source=given, **kw)
 
 
 def _table(paths: tuple[str, ...], fmt: str, baseline: str | None) -> None:

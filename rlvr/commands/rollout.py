@@ -143,8 +143,9 @@ def cmd(files, keep_going, model, engine, n, temperature, top_p, top_k, max_toke
             from dataclasses import replace
 
             settings = replace(settings, options=replace(settings.options, max_model_len=fit[0]))
-            say(f"max model length {fit[0]} (longest prompt {fit[1]} tokens + --max-tokens {max_tokens}, "
-                "rounded up; --max-model-len sets it)")
+            used = f"--max-tokens {max_tokens}" if max_tokens is not None else f"max_tokens up to {fit[2]} (the records')"
+            say(f"max model length {fit[0]} (longest prompt {fit[1]} tokens + {used}, rounded up; --max-model-len "
+                "sets it)")
     try:
         if output:
             _, stats = run_to_file(records, settings, output, progress=progress, warn=warn)

@@ -20,12 +20,13 @@ import random
 from collections.abc import Iterator
 
 from rlvr.errors import BadInput, ConfigError, Failure
-from rlvr.data.catalog import ALIASES, SPECS, RowError, Spec, canonical, toy_rows
+from rlvr.data.catalog import ALIASES, SPECS, RowError, Spec, benchmark_name, canonical, canonical_id, split_name, toy_rows
 from rlvr.data.sources import load_hub, load_rows, locate
 from rlvr.data.templates import TEMPLATES, ChatOptions, render
 
-__all__ = ["SPECS", "ALIASES", "TEMPLATES", "ChatOptions", "canonical", "load_records", "raw_rows", "select", "mix",
-           "apply_order", "parse_mix", "read_order", "apply_chat_fields", "kind_keys", "split_kind_keys"]
+__all__ = ["SPECS", "ALIASES", "TEMPLATES", "ChatOptions", "benchmark_name", "canonical", "canonical_id", "split_name",
+           "load_records", "raw_rows", "select", "mix", "apply_order", "parse_mix", "read_order", "apply_chat_fields",
+           "kind_keys", "split_kind_keys"]
 
 
 def _spec(name: str) -> Spec:
@@ -84,7 +85,7 @@ def raw_rows(name: str, split: str | None = None, source: str | None = None) -> 
             rows.extend(load_hub(spec.hub, hub_split, config, loc.tried, spec.name))
         where = f"hub:{spec.hub}"
     else:
-        rows = load_rows(loc.path, split, whole=loc.whole)
+        rows = load_rows(loc.path, split, whole=loc.whole, dataset=spec.name)
         where = loc.label
     if spec.split_filter is not None and rows and "task_id" in rows[0]:
         rows = [r for r in rows if spec.split_filter(r, split)]
@@ -276,7 +277,8 @@ def mix(streams: dict[str, list[dict]], weights: dict[str, float], seed: int = 0
 
 def read_order(path: str) -> list[tuple[str, int]]:
     """Prompt ids (with their line numbers) from an order file: one id per line, or JSONL
-    lines with an "id"; '#' comments and blank lines are skipped. Local or s3://."""
+    lines with an "id"; '#' comments and blank lines are skipped. Local or s3://. An id under
+    another name of its dataset (if_multi_constraints/k2) is read as its own (if_multi/k2)."""
     import orjson
 
     from rlvr.records import RecordError
@@ -302,7 +304,7 @@ def read_order(path: str) -> list[tuple[str, int]]:
                 s = orjson.loads(s)["id"]
             except (orjson.JSONDecodeError, KeyError, TypeError):
                 raise RecordError('expected an id or a JSON object with "id"', path, n, "id") from None
-        ids.append((str(s), n))
+        ids.append((canonical_id(str(s)), n))
     return ids
 
 

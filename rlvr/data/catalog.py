@@ -282,3 +282,26 @@ ALIASES: dict[str, str] = {a: s.name for s in SPECS.values() for a in s.aliases}
 def canonical(name: str) -> str:
     """A dataset's own name for any name it goes by (if_multi_constraints -> if_multi)."""
     return ALIASES.get(name, name)
+
+
+def split_name(value: str, sep: str = "=") -> tuple[str, str, str]:
+    """value.partition(sep) with the key under its dataset's own name: the one place where every
+    NAME=VALUE option (--source, --order, --template, --max-tokens, ...) maps a dataset's other
+    names (a bare VALUE, with no separator, is left as it is)
+    (``if_multi_constraints=f.jsonl`` -> ``("if_multi", "=", "f.jsonl")``)."""
+    key, s, rest = value.partition(sep)
+    return (canonical(key) if s else key), s, rest
+
+
+def benchmark_name(bench: str) -> str:
+    """A -b value (NAME or NAME:SHOTS) under its dataset's own name (if_multi_constraints:0 ->
+    if_multi:0)."""
+    name, sep, shots = bench.partition(":")
+    return canonical(name) + sep + shots
+
+
+def canonical_id(rid: str) -> str:
+    """A prompt id under its dataset's own name (an order file's ``if_multi_constraints/k2`` ->
+    ``if_multi/k2``, the id rlvr's records carry)."""
+    head, s, rest = rid.partition("/")
+    return f"{canonical(head)}/{rest}" if s and head in ALIASES else rid

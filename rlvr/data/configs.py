@@ -43,7 +43,7 @@ def data_section(data: dict, where: str = "data") -> dict:
     out = dict(data)
     if isinstance(out.get("dataset"), str):
         out["dataset"] = canonical(out["dataset"])
-    for key in ("mix", "source", "order"):
+    for key in ("mix", "source", "order", "template", "filters", "assistant_prefix"):
         out[key] = _canonical_keys(out.get(key)) if key in out else None
     out = {k: v for k, v in out.items() if k in data or v is not None}
     if out.get("dataset") != "mixed":

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from rlvr.data.catalog import canonical
 from rlvr.errors import ConfigError
 
 _LEVEL = re.compile(r"^\s*level\s*(\d+)\s*$", re.I)
@@ -118,4 +119,4 @@ def parse_filter(text: str) -> tuple[str | None, str, list[str]]:
     if not sep or not key.strip() or not values:
         raise ConfigError(f"--filter {text!r}: expected [DATASET.]FIELD=VALUE[,VALUE...]")
     ds, dot, field = key.strip().rpartition(".")
-    return (ds or None) if dot else None, field, values
+    return (canonical(ds) or None) if dot else None, field, values

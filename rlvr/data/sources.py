@@ -144,9 +144,37 @@ def has_split(folder: str, split: str) -> bool:
     return bool(_split_files(folder, split))
 
 
-def load_rows(source: str, split: str | None = None, config: str | None = None, whole: bool = False) -> list[dict]:
+def looks_like_path(source: str) -> bool:
+    """Whether a --source value is meant as a local path rather than a hub name: it starts with
+    '.', '/' or '~', has a data file suffix (data/tset.jsonl), or more than one '/' (a hub
+    name is ORG/NAME)."""
+    if source.startswith("s3://"):
+        return False
+    return (source.startswith((".", "/", "~")) or source.lower().endswith((*EXTS, ".csv", ".tsv", ".txt", ".gz"))
+            or (os.sep in source and not _looks_like_hub_name(source)))
+
+
+def check_local(source: str) -> None:
+    """SourceError "no such file or folder" for a --source that looks like a local path
+    (looks_like_path) and does not exist; hub names and s3:// URIs pass."""
+    if looks_like_path(source) and not os.path.exists(source):
+        raise SourceError(f"{source}: no such file or folder")
+
+
+def check_data_dir() -> None:
+    """SourceError when $RLVR_DATA_DIR is set but is no folder (a sweep checks this before any
+    child starts, rather than each child falling through to the hub)."""
+    local = os.environ.get("RLVR_DATA_DIR", "").strip()
+    if local and not os.path.isdir(local):
+        raise SourceError(f"RLVR_DATA_DIR={local}: no such folder")
+
+
+def load_rows(source: str, split: str | None = None, config: str | None = None, whole: bool = False,
+              dataset: str = "NAME") -> list[dict]:
     """Raw rows of a dataset from a file, folder, s3:// URI or hub name (in that order). With
-    `whole`, a folder holds the split's rows only (NAME_<split>/): all of its rows are read."""
+    `whole`, a folder holds the split's rows only (NAME_<split>/): all of its rows are read.
+    A value that looks like a path (looks_like_path) and does not exist is "no such file or
+    folder", never a hub name; `dataset` names the folders the hub's failure suggests."""
     if source.startswith("s3://"):
         from rlvr.s3 import fetch_cached
 
@@ -165,9 +193,8 @@ def load_rows(source: str, split: str | None = None, config: str | None = None, 
         for f in files:
             rows.extend(_read_file(f))
         return rows
-    if os.sep in source and not _looks_like_hub_name(source) or source.startswith((".", "/")):
-        raise SourceError(f"{source}: no such file or folder")
-    return load_hub(source, split, config)
+    check_local(source)
+    return load_hub(source, split, config, dataset=dataset)
 
 
 def _looks_like_hub_name(s: str) -> bool:

@@ -28,7 +28,12 @@ counter that a thread of the owner increments every interval. Another process ju
   `misses` of the owner's own intervals without a new beat (default 10 x 30 s): a loaded
   owner's heartbeat is a thread that needs no GPU and no evaluation progress, and an owner
   whose beat was late still sees, at its next beat, that its claim was taken (``lost()``), and
-  stops its evaluation.
+  stops its evaluation;
+- unreadable (empty or torn: a writer that died half-way on a filesystem without hard links,
+  or a damaged file): it has no owner to ask, so it is judged by age: dead once its file time
+  is `grace` s old, or once this process has seen it unchanged and unreadable for `grace` s by
+  its own monotonic clock (whichever comes first; the second needs no agreement of clocks).
+  It is then taken over like any dead claim, by writing the next generation atomically.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from dataclasses import dataclass
 PREFIX = ".rlvr-claim."
 HEARTBEAT_S = 30.0
 MISSES = 10
+GRACE_S = 60.0
 
 
 def _read(path: str) -> str | None:
@@ -126,8 +132,8 @@ class Claims:
     """This process's claims: acquire, release, judge others', and the heartbeat thread."""
 
     def __init__(self, interval: float = HEARTBEAT_S, misses: int = MISSES, log: Callable[[str], None] = print,
-                 clock: Callable[[], float] = time.monotonic):
-        self.interval, self.misses, self.log, self.clock = interval, misses, log, clock
+                 clock: Callable[[], float] = time.monotonic, grace: float = GRACE_S):
+        self.interval, self.misses, self.log, self.clock, self.grace = interval, misses, log, clock, grace
         self.me = {**machine(), "pid": os.getpid(), "start": process_start(os.getpid())}
         self.mine: dict[str, dict] = {}          # unit folder -> our record (token, gen, beat)
         self.lost_units: set[str] = set()
@@ -151,8 +157,8 @@ class Claims:
             ours = self.mine.get(folder)
         if ours is not None and o is not None and o.get("token") == ours["token"]:
             return "mine", c
-        if o is None:  # being written or unreadable: judged at the next look
-            return "live", c
+        if o is None:  # being written, or left empty/torn: judged by its age
+            return self._unreadable(c), c
         if o.get("released"):
             return "free", c
         if self.same_machine(o):
@@ -168,6 +174,22 @@ class Claims:
         interval = o.get("interval")
         interval = float(interval) if isinstance(interval, (int, float)) and interval > 0 else HEARTBEAT_S
         return ("dead" if now - seen[2] >= self.misses * interval else "live"), c
+
+    def _unreadable(self, c: Claim) -> str:
+        """An unreadable claim: "dead" once `grace` s old by its file time or by this process's
+        own clock since it first saw the file so (unchanged), else "live" (still being written)."""
+        try:
+            st = os.stat(c.path)
+        except OSError:
+            return "live"   # gone meanwhile: the next look sees the folder as it is then
+        now = self.clock()
+        key = ("unreadable", st.st_size, st.st_mtime_ns)
+        seen = self._seen.get(c.path)
+        if seen is None or seen[0] != c.gen or seen[1] != key:
+            self._seen[c.path] = (c.gen, key, now)
+            seen = self._seen[c.path]
+        old = time.time() - st.st_mtime >= self.grace or now - seen[2] >= self.grace
+        return "dead" if old else "live"
 
     # ------------------------------------------------------------------ owning
 
@@ -222,7 +244,10 @@ class Claims:
                   "time": time.time()}
         if not self._write_new(os.path.join(folder, f"{PREFIX}{gen}"), record):
             return False   # another process claimed it first
-        if st == "dead":
+        if st == "dead" and c is not None and c.owner is None:
+            self.log(f"{folder}: took over the unreadable claim {os.path.basename(c.path)} (empty or torn, "
+                     f"unchanged for {self.grace:g} s)")
+        elif st == "dead":
             self.log(f"{folder}: took over the claim of {describe(c.owner)}, which is no longer running")
         with self._lock:
             self.mine[folder] = record

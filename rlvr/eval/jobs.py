@@ -260,11 +260,12 @@ def resolve_gpus(ids: Sequence[str], mode: str, visible: str | None) -> tuple[li
 
 
 def pick_gpus(gpu: str | None, gpus: str | None, mode: str, warn: Callable[[str], None],
-              default: str | None = None) -> list[str] | None:
+              default: str | None = None, wait: bool = False) -> list[str] | None:
     """--gpu N / --gpus 0,1,... / --gpus auto -> the CUDA_VISIBLE_DEVICES value of each device;
     None: no choice (the machine as it is). auto asks rlvr.gpu for the free GPUs (physical
     ids whatever the mode); on a machine without NVIDIA GPUs it warns and returns None, and
-    with GPUs but none free it fails. `default` stands in for a missing --gpus."""
+    with GPUs but none free it fails (exit 4), or with `wait` returns [] (a scheduler that
+    asks free_now() again). `default` stands in for a missing --gpus."""
     from rlvr import gpu as gpu_state
 
     if gpu is not None:
@@ -277,6 +278,8 @@ def pick_gpus(gpu: str | None, gpus: str | None, mode: str, warn: Callable[[str]
             try:
                 return [str(i) for i in gpu_state.free_gpus()]
             except gpu_state.TooFewFree as e:
+                if wait:
+                    return []
                 raise Failure(f"--gpus auto: {e}", gpu_state.EXIT_TOO_FEW) from None
             except gpu_state.GpuError as e:
                 warn(f"--gpus auto: {e}; running on this machine as it is")
@@ -288,6 +291,20 @@ def pick_gpus(gpu: str | None, gpus: str | None, mode: str, warn: Callable[[str]
     for w in warnings:
         warn(w)
     return out
+
+
+def free_now() -> list[str]:
+    """The free GPUs of this node now (physical ids, as --gpus auto gives them); [] when none
+    is free or they cannot be read."""
+    from rlvr import gpu as gpu_state
+
+    try:
+        return [str(i) for i in gpu_state.free_gpus()]
+    except gpu_state.GpuError:
+        return []
+
+
+GPU_RECHECK_S = 30.0
 
 
 # --------------------------------------------------------------------------- units and the scheduler
@@ -409,7 +426,8 @@ def run_units(scan: Callable[[], list[Unit]], devices: Sequence[str | None], opt
               interval: float = 60.0, once: bool = True, idle_exit: float | None = None,
               after: Callable[[], None] | None = None, log: Callable[[str], None] = print,
               command: Callable[[Unit, ev.EvalOptions, str | None], list[str]] = unit_command,
-              claims: Claims | None = None) -> int:
+              claims: Claims | None = None, free: Callable[[], list[str]] | None = None,
+              recheck: float = GPU_RECHECK_S) -> int:
     """Run the units scan() returns, one child process per device at a time (devices: the
     CUDA_VISIBLE_DEVICES value of each, or [None] for the machine as it is), in scan order.
 
@@ -421,7 +439,12 @@ def run_units(scan: Callable[[], list[Unit]], devices: Sequence[str | None], opt
     when nothing is left, including units other processes hold (they may still die and need
     taking over); idle_exit: stop after that many seconds without work. after() runs when a
     unit ends. Returns the number of failed units (each is retried at the next start, not now,
-    by this process; another process may take it at once)."""
+    by this process; another process may take it at once).
+
+    free (--gpus auto): the node's free GPUs now (free_now). The devices are then those free
+    GPUs plus the ones running this process's units, asked again whenever a unit ends and
+    every `recheck` s while a unit waits for a device: a GPU freed later (by anyone) takes the
+    next unit, and `devices` may start empty (every GPU busy: the units wait, with one line)."""
     own = claims is None
     claims = claims or Claims(log=log)
     if own:
@@ -431,6 +454,9 @@ def run_units(scan: Callable[[], list[Unit]], devices: Sequence[str | None], opt
     queue: list[Unit] = []
     elsewhere: set[Unit] = set()
     said_waiting = False
+    pool = list(devices)
+    next_gpus = time.monotonic() + recheck if pool else 0.0
+    said_no_gpu = False
     next_scan = 0.0
     last_work = time.monotonic()
     n_failed = 0
@@ -462,13 +488,25 @@ def run_units(scan: Callable[[], list[Unit]], devices: Sequence[str | None], opt
                 queue = [u for u in scan() if u not in failed and u not in busy]
                 elsewhere = {u for u in elsewhere if u in queue}
                 next_scan = now + interval
-            for dev in devices:
+            if free is not None and queue and all(d in running for d in pool) and (freed or now >= next_gpus):
+                found = free()
+                pool = list(dict.fromkeys([*(d for d in pool if d in running), *found]))
+                next_gpus = now + recheck
+                if all(d in running for d in pool) and not running and not said_no_gpu:
+                    log(f"{len(queue)} unit(s) to run and no free GPU; waiting for one (checking every {recheck:g} s)")
+                    said_no_gpu = True
+                elif any(d not in running for d in pool):
+                    said_no_gpu = False
+            for dev in pool:
                 while dev not in running and queue:
                     unit = queue.pop(0)
                     if not claims.acquire(unit.out):
                         elsewhere.add(unit)
                         continue
                     elsewhere.discard(unit)
+                    if unit_done(unit, opts):   # finished and released by another process since the scan
+                        claims.release(unit.out)
+                        continue
                     cmd = command(unit, opts, dev)
                     log(f"evaluating {unit.checkpoint} on {unit.task}" + (f" (GPU {dev})" if dev is not None else "")
                         + f"; log {os.path.join(unit.out, LOG)}")
@@ -511,15 +549,24 @@ def job_units(jobs: Sequence[Job], out_root: str, tasks: Sequence[Task], opts: e
 
 
 def run_jobs(jobs: Sequence[Job], out_root: str, tasks: Sequence[Task], opts: ev.EvalOptions, *,
-             devices: Sequence[str | None], log: Callable[[str], None] = print) -> int:
+             devices: Sequence[str | None], log: Callable[[str], None] = print,
+             free: Callable[[], list[str]] | None = None) -> int:
     """Evaluate every job on every task (finished units are skipped); returns failed units."""
     from rlvr.eval.table import write_tables
 
     left = job_units(jobs, out_root, tasks, opts)
-    log(f"{len(jobs)} job(s) x {len(tasks)} task(s): {len(left)} to run on "
-        + (f"GPU {','.join(str(d) for d in devices)}" if devices != [None] else "this machine as it is"))
+    log(f"{len(jobs)} job(s) x {len(tasks)} task(s): {len(left)} to run on " + where_run(devices, free))
     return run_units(lambda: job_units(jobs, out_root, tasks, opts), devices, opts,
-                     after=lambda: write_tables(out_root), log=log)
+                     after=lambda: write_tables(out_root), log=log, free=free)
+
+
+def where_run(devices: Sequence[str | None], free: Callable[[], list[str]] | None) -> str:
+    """'GPU 0,2 (and the GPUs that free up)', 'this machine as it is', ... for the first line."""
+    if devices == [None]:
+        return "this machine as it is"
+    if not devices:
+        return "the GPUs as they free up (none is free now)"
+    return f"GPU {','.join(str(d) for d in devices)}" + (" and the GPUs that free up" if free is not None else "")
 
 
 # --------------------------------------------------------------------------- the watch loop
@@ -577,10 +624,12 @@ def watch_units(pattern: str, out_root: str, tasks: Sequence[Task], opts: ev.Eva
 
 def watch(pattern: str, out_root: str, tasks: Sequence[Task], opts: ev.EvalOptions, *,
           devices: Sequence[str | None], interval: float = 60.0, once: bool = False, idle_exit: float | None = None,
-          shard: tuple[int, int] | None = None, log: Callable[[str], None] = print) -> int:
+          shard: tuple[int, int] | None = None, log: Callable[[str], None] = print,
+          free: Callable[[], list[str]] | None = None) -> int:
     """Evaluate every checkpoint matching pattern once per task as they appear, the tasks of
-    each spread over the devices; returns the number of failed units."""
+    each spread over the devices (and the GPUs that free up, with free); returns the number
+    of failed units."""
     from rlvr.eval.table import write_tables
 
     return run_units(lambda: watch_units(pattern, out_root, tasks, opts, shard), devices, opts, interval=interval,
-                     once=once, idle_exit=idle_exit, after=lambda: write_tables(out_root), log=log)
+                     once=once, idle_exit=idle_exit, after=lambda: write_tables(out_root), log=log, free=free)

@@ -27,7 +27,8 @@ from dataclasses import asdict, dataclass, field
 
 import orjson
 
-from rlvr.errors import UsageError
+from rlvr.data.catalog import split_name
+from rlvr.errors import RlvrError, UsageError
 from rlvr.records import atomic_write, dumps, write_json
 
 IF_METRICS = ("prompt_level_strict_acc", "inst_level_strict_acc", "prompt_level_loose_acc", "inst_level_loose_acc")
@@ -111,7 +112,7 @@ def parse_sources(values: Sequence[str], benchmarks: Sequence[str]) -> dict[str,
     names = set(benchmarks) | {dataset_of(b) for b in benchmarks}
     out: dict[str, str] = {}
     for v in values:
-        name, sep, path = v.partition("=")
+        name, sep, path = split_name(v)
         if sep and name in names:
             out[name] = path
         elif sep and (name in known_benchmarks() or name in {dataset_of(b) for b in known_benchmarks()}):
@@ -123,6 +124,20 @@ def parse_sources(values: Sequence[str], benchmarks: Sequence[str]) -> dict[str,
             raise UsageError(f"--source {v!r}: with several benchmarks write NAME=PATH (NAME: a benchmark, or its "
                              "dataset: gsm8k, math, mbpp, humaneval, ifeval, ...)")
     return out
+
+
+def check_source_paths(sources: dict[str, str]) -> None:
+    """UsageError for a --source that looks like a local path (rlvr.data.sources.looks_like_path)
+    and does not exist: a mistyped path fails at once, before any model or child starts."""
+    from rlvr.data.sources import check_local
+
+    for path in sources.values():
+        try:
+            check_local(path)
+        except RlvrError:
+            raise UsageError(f"--source {path}: no such file or folder") from None
+
+
 PASSK_TEMPERATURE = 1.0
 
 

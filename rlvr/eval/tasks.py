@@ -201,23 +201,59 @@ def _add_path(tm, path: str) -> None:
     tm._all_subtasks = sorted(set(tm._all_subtasks) | {k for k in tm._index if k.startswith("rlvr_local_")})
 
 
-def _rows(std: StdTask, split: str, source: str | None) -> tuple[list[dict], str | None]:
-    """(rows of one split, why there are none): found as every dataset's rows are
-    (rlvr.data.raw_rows: `source`, else $RLVR_S3_DATASETS, $RLVR_DATA_DIR, the hub); a single
-    file given as `source` holds the evaluated split only."""
+# the fields of a row that lm-eval's task reads (its doc_to_text, doc_to_target and metrics)
+LM_FIELDS: dict[str, tuple[str, ...]] = {
+    "gsm8k": ("question", "answer"),
+    "math": ("problem", "solution"),
+    "mbpp": ("task_id", "text", "code", "test_list"),
+    "humaneval": ("task_id", "prompt", "test", "entry_point"),
+    "ifeval": ("key", "prompt", "instruction_id_list", "kwargs"),
+}
+
+
+def check_rows(std: StdTask, rows: list[dict], split: str, where: str) -> None:
+    """BadInput naming the row and field of the first row lm-eval could not use (a field its
+    task reads is missing or null), before lm-eval sees the rows."""
+    from rlvr.data.sources import _split_files
+    from rlvr.errors import BadInput
+
+    if os.path.isdir(where) and len(files := _split_files(where, split)) == 1:
+        where = files[0]   # a folder with one file of the split: name the file
+    for i, row in enumerate(rows, 1):
+        if not isinstance(row, dict):
+            raise BadInput(f"{where}: row {i}: expected an object (lm-eval task {std.name}, {split} split)")
+        for f in LM_FIELDS.get(std.data, ()):
+            if row.get(f) is None:
+                raise BadInput(f"{where}: row {i}: missing field {f!r} (lm-eval task {std.name}, {split} split, "
+                               f"field {f})")
+
+
+def check_shots(task: str, shots: int, have: int, split: str, where: str) -> None:
+    """UsageError when `shots` few-shot examples are asked of a split holding fewer rows."""
+    if shots > have:
+        raise UsageError(f"{task}: --shots {shots} needs {shots} few-shot examples, but its {split!r} split "
+                         f"({where}) has {have} row(s): lower --shots or give a fuller {split} split")
+
+
+def _rows(std: StdTask, split: str, source: str | None) -> tuple[list[dict], str | None, str]:
+    """(rows of one split, why there are none, where they came from): found as every dataset's
+    rows are (rlvr.data.raw_rows: `source`, else $RLVR_S3_DATASETS, $RLVR_DATA_DIR, the hub),
+    checked for the fields lm-eval reads; a single file given as `source` holds the evaluated
+    split only."""
     from rlvr.data import raw_rows
     from rlvr.errors import RlvrError
 
     main = split == std.splits[0]
     if not main and source is not None and not os.path.isdir(source) and not source.startswith("s3://"):
-        return [], f"{source} is one file (the {std.splits[0]!r} split)"
+        return [], f"{source} is one file (the {std.splits[0]!r} split)", source
     try:
-        rows, _ = raw_rows(std.data, split, source)
+        rows, where = raw_rows(std.data, split, source)
     except RlvrError as e:
         if main:
             raise
-        return [], e.message
-    return rows, None
+        return [], e.message, source or "the data found"
+    check_rows(std, rows, split, where)
+    return rows, None, where
 
 
 def _write_jsonl(path: str, rows: list[dict]) -> None:
@@ -247,12 +283,12 @@ def local_tasks(name: str, source: str | None, workdir: str, prefix: str | None 
         prefix = "rlvr_local_" + hashlib.sha1(f"{name}\0{rows_key(source)}".encode()).hexdigest()[:10] + "_"
     os.makedirs(workdir, exist_ok=True)
     main = std.splits[0]
-    data, why = {}, {}
+    data, why, where = {}, {}, {}
     for split in std.splits:
         if split != main and shots == 0:
-            data[split], why[split] = [], "not read at 0 shots"
+            data[split], why[split], where[split] = [], "not read at 0 shots", ""
         else:
-            data[split], why[split] = _rows(std, split, source)
+            data[split], why[split], where[split] = _rows(std, split, source)
     if not data[main]:
         raise UsageError(f"{source or 'the data found'}: no {name} {main} rows")
     if yaml_for is None:   # after the rows: a missing dataset fails before lm-eval's index is built
@@ -260,16 +296,19 @@ def local_tasks(name: str, source: str | None, workdir: str, prefix: str | None 
         yaml_for = lambda lm: str(index[lm].yaml_path)  # noqa: E731
     out: dict[str, str] = {}
     for lm in std.lm_names():
-        parts = {}
+        parts, count = {}, {}
         for split, rows in data.items():
             if std.subjects:
                 subj = SUBJECTS[lm[len(name) + 1:]]
                 rows = [r for r in rows if (r.get("type") or r.get("subject")) in (subj[1], subj[0])]
             if rows:
-                parts[split] = os.path.abspath(os.path.join(workdir, f"{lm}.{split}.jsonl"))
+                parts[split], count[split] = os.path.abspath(os.path.join(workdir, f"{lm}.{split}.jsonl")), len(rows)
                 _write_jsonl(parts[split], rows)
         if main not in parts:
             continue
+        for split in std.splits[1:]:   # a shot count given (lm-eval's harness): enough examples?
+            if shots and split in parts:
+                check_shots(lm, shots, count[split], split, where[split])
         for split in std.splits[1:]:   # the few-shot split: lm-eval opens it even at 0 shots
             if split not in parts:
                 if shots != 0:
@@ -306,7 +345,10 @@ _ADDED: set[str] = set()
 
 def load(name: str, shots: int | None = None, seed: int = 42, source: str | None = None) -> dict:
     """{stock lm-eval name: configured lm-eval Task} as `lm_eval --num_fewshot N --seed SEED` sets
-    it up; built once per process and arguments (build_all_requests rebuilds the instances)."""
+    it up; built once per process and arguments (build_all_requests rebuilds the instances).
+    shots None: rlvr-eval's default count of the task (StdTask.shots, as --harness lm-eval and
+    --jobs use; gsm8k 8, where lm-eval's own yaml says 5)."""
+    shots = standard(name).shots if shots is None else shots
     key = (name, shots, seed, rows_key(source))
     if key not in _LOADED:
         _LOADED[key] = _load(name, shots, seed, source)
@@ -333,6 +375,10 @@ def _load(name: str, shots: int | None, seed: int, source: str | None) -> dict:
         task = flat[local]
         if shots is not None:
             task.set_config("num_fewshot", shots)
+        n = task.config.num_fewshot or 0
+        split = task.config.fewshot_split
+        if n and split:   # few-shot examples drawn from a split of the rows (not fixed exemplars)
+            check_shots(stock, n, len(task.fewshot_docs()), split, source or "the data found")
         task.set_fewshot_seed(seed)
         tasks[stock] = task
     return tasks
