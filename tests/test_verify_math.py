@@ -132,6 +132,25 @@ def test_exact_rationals_and_relative_tolerance_for_decimals():
     assert status("\\frac{2}{3}", "\\boxed{0.6667}") == "wrong"
 
 
+@pytest.mark.parametrize("gold, pred, want", [
+    ("1234567", "1234567.9", "wrong"),      # within 1e-6 relative, yet not 1234567
+    ("7", "7.000001", "wrong"),
+    ("7", "6.9999999", "wrong"),
+    ("1234567.52", "1234567.5", "wrong"),   # coarser than the gold's own precision
+    ("\\frac{2}{3}", "0.666666", "correct"),  # truncated at its last place
+    ("1234567.5", "1234567.50", "correct"),
+])
+def test_a_decimal_agrees_to_its_last_written_place(gold, pred, want):
+    assert status(gold, f"\\boxed{{{pred}}}") == want
+
+
+@pytest.mark.parametrize("pred", ["7 \\text{ (or 8)}", "7 \\text{ or } 8", "7 \\text{ or more}",
+                                  "7 \\mbox{ and 8}", "7 \\text{ (not 8)}"])
+def test_a_hedge_in_text_is_not_a_unit(pred):
+    assert status("7", f"\\boxed{{{pred}}}") == "wrong"
+    assert status("7", "\\boxed{7 \\text{ square units}}") == "correct"
+
+
 def test_equations_that_state_the_value_pass():
     assert status("5", "\\boxed{x = 5}") == "correct"
     assert status("5", "\\boxed{f(2) = 5}") == "correct"
@@ -213,6 +232,22 @@ def test_pathological_input_is_fast_in_process(completion):
     v = grade("5", completion)
     assert v["status"] in ("correct", "wrong", "no_answer")
     assert time.perf_counter() - t0 < 1.0, v
+
+
+@pytest.mark.parametrize("pred", [
+    "2^{2^{2^{2^{2^{2}}}}}",          # an exponent past 2^40 once overflowed the size check
+    "\\lceil 10^{10^{10}} \\rceil", "(10^{10})!", "(10!)!", "10!!!", "\\Gamma(10^{10})",
+    "\\binom{10^{9}}{5 \\cdot 10^{8}}", "\\sin(10^{10000})", "(2x+1)^{50000}", "\\sqrt{2}^{10^{9}}",
+])
+def test_values_sympy_would_build_for_minutes_are_refused(pred):
+    # each of these ran sympy for minutes (some in C code no signal interrupts)
+    assert vm.equivalent("x^2+1", pred) == (False, "too_large")
+
+
+@pytest.mark.parametrize("expr", ["2^{2024}\\sqrt{2}", "(x+1)^{10}", "5!", "(2n)!", "\\binom{10}{3}",
+                                  "\\Gamma(5)", "x^{-1}", "0.5^{2000}x", "a \\neq b", "f(x)!=0"])
+def test_ordinary_powers_and_factorials_still_reach_sympy(expr):
+    assert not vm.too_big_for_sympy(expr)
 
 
 def test_two_thousand_term_sum_is_computed_exactly():
