@@ -149,6 +149,20 @@ def test_a_decimal_agrees_to_its_last_written_place(gold, pred, want):
 def test_a_hedge_in_text_is_not_a_unit(pred):
     assert status("7", f"\\boxed{{{pred}}}") == "wrong"
     assert status("7", "\\boxed{7 \\text{ square units}}") == "correct"
+    assert status("7", "The answer is 7 is wrong.") == "wrong"       # not "7" in some unit "is wrong"
+    assert status("7", "The answer is 7 dollars.") == "correct"
+
+
+@pytest.mark.parametrize("pred", ["\\ne 7", "\\neq 7", "\\not= 7", "\\not 7", "> 7", "\\geq 7", "\\le 7"])
+def test_not_seven_and_more_than_seven_are_not_seven(pred):
+    # math-verify drops the relation and grades each of these equal to 7
+    assert vm.equivalent("7", pred) == (False, "relation")
+
+
+def test_relations_still_compare_with_relations():
+    assert vm.equivalent("x \\ne 7", "x \\neq 7")[0]
+    assert vm.equivalent("\\le 5", "\\leq 5")[0]
+    assert vm.equivalent("7", "\\approx 7")[0]
 
 
 def test_equations_that_state_the_value_pass():

@@ -404,9 +404,12 @@ def _lm_eval(gold_raw, completion: str, mode: str) -> dict:
 _WRAPPERS = re.compile(r"\\(?:displaystyle|textstyle|scriptstyle|left|right|bigl|bigr|Bigl|Bigr|bigg|Bigg|big|Big)(?![a-zA-Z])")
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\degree(?![a-zA-Z])|°|\\circ(?![a-zA-Z])")
 _TEXT_CMD = r"\\(?:text|textrm|textnormal|textbf|textit|mbox|mathrm|mathbf|mathit|mathsf|operatorname)\s*"
-# (a unit has no digit and no "or"/"and": \\text{ (or 8)} is a second answer, not a unit)
+# words after a number that make it no plain quantity: "7 or 8", "7 is wrong", "7 not 8"
+_NOT_UNIT_WORDS = r"(?i:\b(?:and|or|nor|not|no|never|but|is|isn|are|was|were|wrong|incorrect|false)\b)"
+_NOT_UNIT = re.compile(_NOT_UNIT_WORDS)
+# (a unit has no digit and none of those words: \\text{ (or 8)} is a second answer, not a unit)
 _TRAILING_TEXT_UNIT = re.compile(r"^(.*?[\d}\)\]a-zA-Z])\s*" + _TEXT_CMD
-                                 + r"\{(?![^{}]*\b(?:or|and)\b)[^{}\d]*\}(?:\s*\^\s*\{?\d\}?)?\s*$")
+                                 + r"\{(?![^{}]*" + _NOT_UNIT_WORDS + r")[^{}\d]*\}(?:\s*\^\s*\{?\d\}?)?\s*$")
 _TEXT = re.compile(_TEXT_CMD + r"\{([^{}]*)\}")
 # (number patterns below are written so that no two quantifiers compete for the same digits:
 # a regex that can split a digit run many ways is quadratic on 50k digits)
@@ -498,7 +501,7 @@ def normalize(s: str) -> str:
         s = s2
     s = " ".join(s.split())
     m = _UNIT_WORDS.match(s) or _GLUED_UNIT.match(s)
-    if m and not (m.re is _UNIT_WORDS and re.search(r"\b(?:and|or)\b", m.group(2))):
+    if m and not (m.re is _UNIT_WORDS and _NOT_UNIT.search(m.group(2))):
         s = m.group(1)
     for rx, rep in _FRAC_FIX:
         s = rx.sub(rep, s)
@@ -1156,11 +1159,27 @@ def _value_or_huge(s: str):
         return "huge"
 
 
+# "not 7", "greater than 7": a negation anywhere, or a relation with nothing on its left
+_NEGATION = re.compile(r"\\(?:neq?|neg|lnot|not|nless|ngtr|nleq|ngeq)(?![a-zA-Z])|[≠¬]")
+_LEADING_RELATION = re.compile(r"^\s*(?:[<>≤≥]|\\(?:le|leq|ge|geq|lt|gt|leqslant|geqslant)(?![a-zA-Z]))")
+
+
+def _negates(gold: str, pred: str) -> bool:
+    """Whether the prediction negates or bounds a value where the gold states one
+    (``\\ne 7``, ``\\not= 7``, ``> 7``, ``\\geq 7`` for gold 7; math-verify drops the relation)."""
+    g, p = _strip_delims(gold), _strip_delims(pred)
+    if _NEGATION.search(p) and not _NEGATION.search(g):
+        return True
+    return bool(_LEADING_RELATION.match(p)) and not (_LEADING_RELATION.match(g) or _RELATION.search(g))
+
+
 def equivalent(gold: str, pred: str, max_symbolic_chars: int = 1000) -> tuple[bool, str]:
     """(equal, method) for two extracted answers; method names the deciding stage."""
     g, p = normalize(gold), normalize(pred)
     if not p:
         return False, "empty"
+    if _negates(gold, pred):
+        return False, "relation"
     if _key(g) == _key(p):
         return True, "string"
     p2 = _equation_rhs(p, g)
