@@ -172,6 +172,13 @@ def test_equations_that_state_the_value_pass():
     assert status("0", "\\boxed{3x + 2 = 0}") == "wrong"
 
 
+@pytest.mark.parametrize("pred", ["8 = 7", "1 = 2 = 3 = 4 = 5 = 6 = 7", "x = 8 = 7", "2 + 3 = 7"])
+def test_a_false_chain_of_numbers_states_no_value(pred):
+    assert status("7", f"\\boxed{{{pred}}}") == "wrong"
+    assert status("0.6667", "\\boxed{\\frac{2}{3} = 0.6667}") == "correct"   # a rounded last side
+    assert status("7", "\\boxed{x = 3 + 4 = 7}") == "correct"
+
+
 def test_verdict_shape():
     v = grade("18", "so \\boxed{18}")
     assert v == {"status": "correct", "extracted": "18", "method": "string", "source": "boxed"}

@@ -1113,11 +1113,30 @@ def _equation_rhs(pred: str, gold: str) -> str | None:
         return pred
     parts = pred.split("=")
     lhs, rhs = parts[0], parts[-1].strip()
-    if not rhs:
+    if not rhs or not _sides_agree(parts):
         return None
     if _NAME_LHS.match(lhs) or any(_no_unknown(side) for side in parts[:-1]):
         return rhs
     return None
+
+
+def _sides_agree(parts: list[str]) -> bool:
+    """Whether the numeric sides of an equation chain have one value (``8 = 7`` and
+    ``1 = 2 = ... = 7`` state nothing); a decimal side agrees to its last written place
+    (``\\frac{2}{3} = 0.6667``)."""
+    values = []
+    for side in parts:
+        try:
+            v = numeric_value(normalize(side))
+        except _Huge:
+            return False
+        if v is not None:
+            values.append(v)
+    for (a, ap), (b, bp) in zip(values, values[1:]):
+        places = [k for k in (ap, bp) if k is not None]
+        if a != b and not (places and abs(a - b) < Fraction(1, 10**min(min(places), MAX_DIGITS))):
+            return False
+    return True
 
 
 _BASE_NUM = re.compile(r"^([0-9A-Za-z]+)_\{?(\d{1,2})\}?$")
