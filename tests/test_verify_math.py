@@ -249,10 +249,10 @@ def test_lm_eval_flexible_extract_is_stricter_than_default():
     "\\boxed{" + "\\text{" * 8_000 + "}",
 ])
 def test_pathological_input_is_fast_in_process(completion):
-    t0 = time.perf_counter()
+    t0 = time.process_time()   # this process's CPU time: a loaded machine does not inflate it
     v = grade("5", completion)
     assert v["status"] in ("correct", "wrong", "no_answer")
-    assert time.perf_counter() - t0 < 1.0, v
+    assert time.process_time() - t0 < 1.0, v
 
 
 @pytest.mark.parametrize("pred", [
