@@ -26,9 +26,10 @@ exact rational arithmetic on numeric answers (``2+3``, ``\\frac{14}{3}``, ``1.5`
 with a size guard; a decimal agrees to its last written place), and only then math-verify's
 symbolic comparison (sympy), never for an answer that would have sympy build a huge value
 (``too_big_for_sympy``). The common
-cases never import sympy's machinery. Two known math-verify false positives are avoided:
-floats that agree to 6 decimals but differ (``0.0000672`` vs ``0.0000673``) and an
-equation that collapses to its right-hand side (``x^2-4=0`` graded equal to ``0``).
+cases never import sympy's machinery. Known math-verify false positives are avoided:
+floats that agree to 6 decimals but differ (``0.0000672`` vs ``0.0000673``), an equation
+that collapses to its right-hand side (``x^2-4=0`` graded equal to ``0``), and a negated or
+one-sided answer read as its value (``\\ne 7``, ``\\geq 7`` graded equal to ``7``).
 math-verify's own SIGALRM timeouts are switched off: the pool (rlvr.verification.pool) runs
 this module in killable worker processes and enforces the wall-clock timeout.
 
