@@ -22,6 +22,9 @@ CODE = {"id": "c", "verifier": "code", "dataset": "mbpp", "tests": ["assert add(
     ("<think>a</think>b</think>c", None, (True, "a</think>b", "c")),      # the last close marker ends it
     ("draft</think>answer", True, (True, "draft", "answer")),           # the template opened the block
     ("<think>never closed", None, (False, "never closed", None)),
+    ("<think>a</think>b<think>c", None, (True, "ac", "b")),            # reopened, never closed: not the answer
+    ("<think>a</think> <think>c", None, (False, "ac", None)),          # nothing outside thinking
+    ("</think><think>c", True, (False, "c", None)),
     ("no markers at all", True, (False, "no markers at all", None)),    # thinking required: never closed
     ("no markers at all", None, None),                                  # the text decides: no thinking
     ("<think>a</think>b", False, None),                                 # judged whole

@@ -18,6 +18,7 @@ import pytest
 
 from helpers import invoke, jsonl
 from rlvr.verifiers import MODULES
+from rlvr.verifiers import math as vm
 from rlvr.verification.pool import VerifierPool, normalize_config
 from rlvr.verification.rewards import RewardTable, parse_table_spec
 from rlvr.verification.summary import format_text, summarize
@@ -290,11 +291,12 @@ def test_config_forms_reach_the_verifier(probe_dir):
 
 def test_math_records_and_a_real_sympy_hang_through_the_pool():
     recs = [{"id": "g", "verifier": "math", "answer": "18",
-             "completions": ["\\boxed{18}", "#### 19", "\\boxed{x^{9^{9^{9}}}}", "The answer is 18."]}]
+             "completions": ["\\boxed{18}", "#### 19", "\\boxed{\\sin(x)^{999}}", "The answer is 18."]}]
+    # (x^{9^{9^{9}}} hung here once; the math verifier now refuses it before sympy: too_large)
     with VerifierPool(jobs=1, timeout=3.0) as p:  # the hang costs the whole timeout; honest ones take ms
         [r] = p.verify_all(recs)
     assert statuses(r) == ["correct", "wrong", "timeout", "correct"]
-    assert r["verdicts"][0]["verifier"] == "math" and r["verdicts"][0]["version"] == "1"
+    assert r["verdicts"][0]["verifier"] == "math" and r["verdicts"][0]["version"] == vm.VERSION
 
 
 # ------------------------------------------------------------------------------ rewards

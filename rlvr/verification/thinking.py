@@ -18,6 +18,9 @@ The rule for a record (``mode``; the record's ``thinking`` field, which ``rlvr-d
   marker; with no close marker the thinking never closed (``unfinished_thinking``), also
   when no open marker appears (templates such as DeepSeek-R1's open the block in the prompt).
 - ``False``: the whole completion is the answer; markers mean nothing.
+  A thinking block opened after the last close marker never closed: the answer is the
+  text before it (``unfinished_thinking`` when there is none), so a second answer written
+  in it (``</think>7<think>or 8``, ``</think><think>8``) is never judged.
 - ``None`` (no ``thinking`` field, no override): decided by the text. A close marker: the
   answer follows the last one; an open marker that never closes: ``unfinished_thinking``;
   no marker: the whole completion is the answer.
@@ -81,7 +84,14 @@ def split(text: str, mode: bool | None = None, markers: Sequence[str] = DEFAULT_
         before = text[:k]
         j = before.find(open_)
         thinking = before[j + len(open_):] if j >= 0 else before
-        return Split(True, thinking.strip(), text[k + len(close):])
+        answer = text[k + len(close):]
+        r = answer.find(open_)
+        if r >= 0:  # a block opened after the last close never closed: its text is no answer
+            thinking += answer[r + len(open_):]
+            answer = answer[:r]
+            if not answer.strip():
+                return Split(False, thinking.strip(), None)
+        return Split(True, thinking.strip(), answer)
     if mode is True or open_ in text:
         j = text.find(open_)
         return Split(False, (text[j + len(open_):] if j >= 0 else text).strip(), None)

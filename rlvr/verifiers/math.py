@@ -23,10 +23,13 @@ Comparison, cheapest first: the normalised strings (thousands separators, ``$``,
 and ``\\text{}``, ``\\dfrac``/``\\tfrac``, degrees, percent, trailing ``.0``, ``x =``, one
 layout for LaTeX environments such as ``\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}``), then
 exact rational arithmetic on numeric answers (``2+3``, ``\\frac{14}{3}``, ``1.5``, powers
-with a size guard), and only then math-verify's symbolic comparison (sympy). The common
-cases never import sympy's machinery. Two known math-verify false positives are avoided:
-floats that agree to 6 decimals but differ (``0.0000672`` vs ``0.0000673``) and an
-equation that collapses to its right-hand side (``x^2-4=0`` graded equal to ``0``).
+with a size guard; a decimal agrees to its last written place), and only then math-verify's
+symbolic comparison (sympy), never for an answer that would have sympy build a huge value
+(``too_big_for_sympy``). The common
+cases never import sympy's machinery. Known math-verify false positives are avoided:
+floats that agree to 6 decimals but differ (``0.0000672`` vs ``0.0000673``), an equation
+that collapses to its right-hand side (``x^2-4=0`` graded equal to ``0``), and a negated or
+one-sided answer read as its value (``\\ne 7``, ``\\geq 7`` graded equal to ``7``).
 math-verify's own SIGALRM timeouts are switched off: the pool (rlvr.verification.pool) runs
 this module in killable worker processes and enforces the wall-clock timeout.
 
@@ -47,7 +50,7 @@ from functools import lru_cache
 from rlvr.textutil import last_boxed
 
 NAME = "math"
-VERSION = "1"
+VERSION = "2"
 TIMEOUT_S = 3.0
 
 MODES = ("default", "strict-match", "flexible-extract", "allenai")
@@ -402,7 +405,12 @@ def _lm_eval(gold_raw, completion: str, mode: str) -> dict:
 _WRAPPERS = re.compile(r"\\(?:displaystyle|textstyle|scriptstyle|left|right|bigl|bigr|Bigl|Bigr|bigg|Bigg|big|Big)(?![a-zA-Z])")
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\degree(?![a-zA-Z])|°|\\circ(?![a-zA-Z])")
 _TEXT_CMD = r"\\(?:text|textrm|textnormal|textbf|textit|mbox|mathrm|mathbf|mathit|mathsf|operatorname)\s*"
-_TRAILING_TEXT_UNIT = re.compile(r"^(.*?[\d}\)\]a-zA-Z])\s*" + _TEXT_CMD + r"\{[^{}]*\}(?:\s*\^\s*\{?\d\}?)?\s*$")
+# words after a number that make it no plain quantity: "7 or 8", "7 is wrong", "7 not 8"
+_NOT_UNIT_WORDS = r"(?i:\b(?:and|or|nor|not|no|never|but|is|isn|are|was|were|wrong|incorrect|false)\b)"
+_NOT_UNIT = re.compile(_NOT_UNIT_WORDS)
+# (a unit has no digit and none of those words: \\text{ (or 8)} is a second answer, not a unit)
+_TRAILING_TEXT_UNIT = re.compile(r"^(.*?[\d}\)\]a-zA-Z])\s*" + _TEXT_CMD
+                                 + r"\{(?![^{}]*" + _NOT_UNIT_WORDS + r")[^{}\d]*\}(?:\s*\^\s*\{?\d\}?)?\s*$")
 _TEXT = re.compile(_TEXT_CMD + r"\{([^{}]*)\}")
 # (number patterns below are written so that no two quantifiers compete for the same digits:
 # a regex that can split a digit run many ways is quadratic on 50k digits)
@@ -494,7 +502,7 @@ def normalize(s: str) -> str:
         s = s2
     s = " ".join(s.split())
     m = _UNIT_WORDS.match(s) or _GLUED_UNIT.match(s)
-    if m and not (m.re is _UNIT_WORDS and re.search(r"\b(?:and|or)\b", m.group(2))):
+    if m and not (m.re is _UNIT_WORDS and _NOT_UNIT.search(m.group(2))):
         s = m.group(1)
     for rx, rep in _FRAC_FIX:
         s = rx.sub(rep, s)
@@ -587,13 +595,14 @@ class _Arith(_Cursor):
     """Exact value of + - * / ^ \\frac \\cdot \\times \\div ( ) { } over number literals.
 
     Anything else (letters, implicit products, \\sqrt) raises _NotNumeric so the caller
-    falls back to sympy. ``inexact`` is set when a decimal literal took part.
+    falls back to sympy. ``places`` is the fewest decimal places of the decimal literals
+    that took part (``1.50`` has 2), None when none did (the value is exact).
     """
 
     def __init__(self, s: str):
         self.t = _tokens(s)
         self.i = 0
-        self.inexact = False
+        self.places: int | None = None
         self.depth = 0
 
     def term(self) -> Fraction:
@@ -632,8 +641,8 @@ class _Arith(_Cursor):
                 if base == 0 and e < 0:
                     raise _NotNumeric
                 return base**e
-            if abs(e) * _digits(base) > MAX_DIGITS:
-                raise _Huge
+            if abs(e).bit_length() > 40 or abs(e) * _digits(base) > MAX_DIGITS:
+                raise _Huge  # (an exponent past 2^40 would overflow the float product)
             return base**e
         return base
 
@@ -661,7 +670,8 @@ class _Arith(_Cursor):
             return num / den
         if tok[0].isdigit() or tok[0] == ".":
             if "." in tok:
-                self.inexact = True
+                k = len(tok) - tok.index(".") - 1
+                self.places = k if self.places is None else min(self.places, k)
             return Fraction(tok)
         raise _NotNumeric
 
@@ -674,25 +684,32 @@ class _Arith(_Cursor):
         raise _NotNumeric
 
 
-def numeric_value(s: str) -> tuple[Fraction, bool] | None:
-    """(exact value, inexact) of a numeric answer; None if not purely numeric.
+def numeric_value(s: str) -> tuple[Fraction, int | None] | None:
+    """(exact value, decimal places) of a numeric answer, places None when no decimal
+    literal took part (see _Arith); None if not purely numeric.
 
     Raises _Huge for values beyond MAX_DIGITS digits."""
     if not s or len(s) > 20_000 or not any(c.isdigit() for c in s):
         return None
     try:
         a = _Arith(s)
-        return a.parse(), a.inexact
+        return a.parse(), a.places
     except (_NotNumeric, ZeroDivisionError, RecursionError, ValueError, OverflowError):
         return None
 
 
-def _numbers_equal(g: Fraction, g_inexact: bool, p: Fraction, p_inexact: bool) -> bool:
+def _numbers_equal(g: Fraction, g_places: int | None, p: Fraction, p_places: int | None) -> bool:
+    """Exact values must be equal; where a decimal takes part, the two may differ by
+    REL_TOL relative and by less than one unit in the decimal's last written place (the
+    gold's, when the gold is a decimal): 0.666667 and 0.666666 are 2/3, but 7.000001 is
+    not 7, nor 1234568.0 1234567."""
     if g == p:
         return True
-    if not (g_inexact or p_inexact):
+    places = g_places if g_places is not None else p_places
+    if places is None:
         return False
-    return abs(g - p) <= REL_TOL * max(abs(g), abs(p))
+    diff = abs(g - p)
+    return diff <= REL_TOL * max(abs(g), abs(p)) and diff < Fraction(1, 10**min(places, MAX_DIGITS))
 
 
 # --------------------------------------------------------------------------- fast negative check
@@ -952,6 +969,125 @@ def _symbolic_equal(gold: str, pred: str) -> bool:
     return close is not False
 
 
+# --------------------------------------------------------------------------- sympy size guard
+
+# Beyond these, sympy may take minutes (or never return from C code) building a value:
+# (2x+1)^{2024} expanded, \lceil 10^{10^{10}} \rceil, (10^{10})!, \Gamma(10^{10}).
+SYMPY_MAX_DIGITS = 1000      # a number to a number: at most this many digits
+SYMPY_MAX_EXPONENT = 1000    # anything else to a number: at most this power
+SYMPY_MAX_TERMS = 200        # a sum to a power: at most this many terms once expanded
+SYMPY_MAX_FACTORIAL = 1000   # n!, \Gamma(n): n at most this
+SYMPY_MAX_BINOM = 100_000    # \binom{n}{k}: n at most this
+
+
+def _group_end(s: str, i: int) -> int:
+    """For s[i] an opening brace or parenthesis: the index after its match (len(s) if none)."""
+    open_, close = s[i], {"{": "}", "(": ")", "[": "]"}[s[i]]
+    depth = 0
+    for j in range(i, len(s)):
+        depth += s[j] == open_
+        depth -= s[j] == close
+        if depth == 0:
+            return j + 1
+    return len(s)
+
+
+def _operand_after(s: str, i: int) -> str:
+    while i < len(s) and s[i] == " ":
+        i += 1
+    if i >= len(s):
+        return ""
+    if s[i] in "{(":
+        return s[i:_group_end(s, i)]
+    m = re.compile(r"\d+|\\[A-Za-z]+|.").match(s, i)
+    return m.group(0)
+
+
+def _operand_before(s: str, i: int) -> str:
+    """The operand ending just before s[i]: a digit run, a letter, or a (...)/{...} group."""
+    j = i
+    while j > 0 and s[j - 1] == " ":
+        j -= 1
+    if j == 0:
+        return ""
+    if s[j - 1] in "})":
+        open_, close, depth = {"}": "{", ")": "("}[s[j - 1]], s[j - 1], 0
+        for k in range(j - 1, -1, -1):
+            depth += s[k] == close
+            depth -= s[k] == open_
+            if depth == 0:
+                return s[k:j]
+        return s[:j]
+    m = re.search(r"(?:\d*\.\d+|\d+|.)$", s[:j])
+    return m.group(0)
+
+
+def _size(operand: str):
+    """The value of a numeric operand; "huge" past MAX_DIGITS digits; None if not numeric."""
+    v = _value_or_huge(operand)
+    return v if v == "huge" or v is None else v[0]
+
+
+def _expanded_terms(base: str, n: Fraction) -> int:
+    """How many terms (base)^n has once expanded: C(n + t - 1, t - 1) for a base of t
+    terms at its top level (1 for a base that is no sum, or n not a whole number)."""
+    while base[:1] == "{" and base[-1:] == "}" and len(base) > 2 and base[1:2] in "({":
+        base = base[1:-1]
+    if n.denominator != 1 or base[:1] not in "({":
+        return 1
+    t, depth = 1, 0
+    for k, ch in enumerate(base[1:-1]):
+        depth += ch in "({["
+        depth -= ch in ")}]"
+        t += depth == 0 and ch in "+-" and k > 0
+    return math.comb(int(n) + t - 1, t - 1) if t > 1 else 1
+
+
+def _log10(x: Fraction) -> float:
+    """|log10(x)| for x > 0, without converting x to a float (which may overflow)."""
+    return abs(math.log10(x.numerator) - math.log10(x.denominator))
+
+
+def too_big_for_sympy(s: str) -> bool:
+    """Whether an answer asks sympy to build a value beyond the SYMPY_MAX_* bounds."""
+    for m in re.finditer(r"\^|!|\\Gamma|\\[dt]?binom", s):
+        tok = m.group(0)
+        if tok == "^":
+            e = _size(_operand_after(s, m.end()))
+            if e is None:
+                continue
+            if e == "huge":
+                return True
+            base = _operand_before(s, m.start())
+            b = _size(base)
+            if b is None:
+                if abs(e) > SYMPY_MAX_EXPONENT or _expanded_terms(base, abs(e)) > SYMPY_MAX_TERMS:
+                    return True
+            elif b == "huge" or (b != 0 and _log10(abs(b)) > 0
+                                 and (abs(e) > 10**12 or float(abs(e)) * _log10(abs(b)) > SYMPY_MAX_DIGITS)):
+                return True
+        elif tok == "!":
+            if m.start() > 0 and s[m.start() - 1] == "\\" or s.startswith("=", m.end()):
+                continue       # \! (a spacing command), != (not equal)
+            i = m.start()
+            while i > 0 and s[i - 1] == "!":
+                i -= 1
+            if m.start() - i >= 2:
+                return True    # 10!!!: a factorial of a factorial
+            n = _operand_before(s, i)
+            if "!" in n:
+                return True    # (10!)!
+            v = _size(n)
+            if v == "huge" or (v is not None and abs(v) > SYMPY_MAX_FACTORIAL):
+                return True
+        else:
+            v = _size(_operand_after(s, m.end()))
+            bound = SYMPY_MAX_FACTORIAL if tok == "\\Gamma" else SYMPY_MAX_BINOM
+            if v == "huge" or (v is not None and abs(v) > bound):
+                return True
+    return False
+
+
 # --------------------------------------------------------------------------- comparison
 
 # A name on the left of an equation: x, \\theta, a_1, f(2), \\tan A; geometry's \\angle ABC, m\\angle B,
@@ -978,11 +1114,30 @@ def _equation_rhs(pred: str, gold: str) -> str | None:
         return pred
     parts = pred.split("=")
     lhs, rhs = parts[0], parts[-1].strip()
-    if not rhs:
+    if not rhs or not _sides_agree(parts):
         return None
     if _NAME_LHS.match(lhs) or any(_no_unknown(side) for side in parts[:-1]):
         return rhs
     return None
+
+
+def _sides_agree(parts: list[str]) -> bool:
+    """Whether the numeric sides of an equation chain have one value (``8 = 7`` and
+    ``1 = 2 = ... = 7`` state nothing); a decimal side agrees to its last written place
+    (``\\frac{2}{3} = 0.6667``)."""
+    values = []
+    for side in parts:
+        try:
+            v = numeric_value(normalize(side))
+        except _Huge:
+            return False
+        if v is not None:
+            values.append(v)
+    for (a, ap), (b, bp) in zip(values, values[1:]):
+        places = [k for k in (ap, bp) if k is not None]
+        if a != b and not (places and abs(a - b) < Fraction(1, 10**min(min(places), MAX_DIGITS))):
+            return False
+    return True
 
 
 _BASE_NUM = re.compile(r"^([0-9A-Za-z]+)_\{?(\d{1,2})\}?$")
@@ -1024,11 +1179,27 @@ def _value_or_huge(s: str):
         return "huge"
 
 
+# "not 7", "greater than 7": a negation anywhere, or a relation with nothing on its left
+_NEGATION = re.compile(r"\\(?:neq?|neg|lnot|not|nless|ngtr|nleq|ngeq)(?![a-zA-Z])|[≠¬]")
+_LEADING_RELATION = re.compile(r"^\s*(?:[<>≤≥]|\\(?:le|leq|ge|geq|lt|gt|leqslant|geqslant)(?![a-zA-Z]))")
+
+
+def _negates(gold: str, pred: str) -> bool:
+    """Whether the prediction negates or bounds a value where the gold states one
+    (``\\ne 7``, ``\\not= 7``, ``> 7``, ``\\geq 7`` for gold 7; math-verify drops the relation)."""
+    g, p = _strip_delims(gold), _strip_delims(pred)
+    if _NEGATION.search(p) and not _NEGATION.search(g):
+        return True
+    return bool(_LEADING_RELATION.match(p)) and not (_LEADING_RELATION.match(g) or _RELATION.search(g))
+
+
 def equivalent(gold: str, pred: str, max_symbolic_chars: int = 1000) -> tuple[bool, str]:
     """(equal, method) for two extracted answers; method names the deciding stage."""
     g, p = normalize(gold), normalize(pred)
     if not p:
         return False, "empty"
+    if _negates(gold, pred):
+        return False, "relation"
     if _key(g) == _key(p):
         return True, "string"
     p2 = _equation_rhs(p, g)
@@ -1050,6 +1221,8 @@ def equivalent(gold: str, pred: str, max_symbolic_chars: int = 1000) -> tuple[bo
         return False, "approx"
     if len(p) > max_symbolic_chars or len(g) > max_symbolic_chars:
         return False, "too_long"
+    if too_big_for_sympy(p) or too_big_for_sympy(g):
+        return False, "too_large"
     return _symbolic_equal(g, p), "symbolic"
 
 
