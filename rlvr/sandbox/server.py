@@ -52,6 +52,11 @@ class SandboxError(RuntimeError):
     """The sandbox could not be started or driven (an infrastructure problem, not the code's fault)."""
 
 
+class ChildNotStarted(SandboxError):
+    """The server gave no confined child for a check (it died, e.g. after the previous check):
+    no code of this check has run, so the check can be made again on a fresh server."""
+
+
 class SandboxStop(BaseException):
     """The checked program can no longer answer. A BaseException so that test code's own
     ``except Exception`` cannot swallow it."""
@@ -88,7 +93,9 @@ class Limits:
     fsize_mb: int = 16
     nofile: int = 64
     max_output_bytes: int = 1 << 20
-    max_message_bytes: int = 64 << 20
+    # One reply of the program (a returned value): its JSON becomes 10-25 times as many bytes
+    # of objects here, and is read in one piece.
+    max_message_bytes: int = 16 << 20
 
     @property
     def wall(self) -> float:
@@ -151,6 +158,7 @@ class Sandbox:
         self.workroot: str | None = None
         self._errfile = None
         self._warned = False
+        self._gone = False  # the server closed its end (it exits by itself, e.g. for a fresh tmpfs)
         self.uid: int | None = None
         self.seq = 0  # checks started on this server
         self.replies: dict[tuple[str, int], dict] = {}  # control replies not yet claimed
@@ -262,6 +270,7 @@ class Sandbox:
         if mode == "bwrap":
             zcfg["workroot"] = "/tmp"
             zcfg["wipe"] = ["/tmp", "/dev/shm"]
+            zcfg["fresh_on_litter"] = True
             argv = self._bwrap_argv(drop, zcfg)
             cwd = "/"
         else:
@@ -285,6 +294,7 @@ class Sandbox:
             raise SandboxError(f"cannot start the sandbox server: {e}") from None
         child_sock.close()
         self.ctl = parent_sock
+        self._gone = False
         try:
             info = self._ctl_recv(START_TIMEOUT_S)
         except SandboxError as e:
@@ -385,7 +395,9 @@ class Sandbox:
             self.ctl = None
         if self.proc is not None:
             try:
-                self.proc.wait(timeout=2)
+                # A server that left by itself may still be freeing its tmpfs (a check's million
+                # files): no need to wait for that.
+                self.proc.wait(timeout=0.1 if self._gone else 2)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
@@ -394,7 +406,15 @@ class Sandbox:
             self._errfile.close()
             self._errfile = None
         if self.workroot:
-            shutil.rmtree(self.workroot, ignore_errors=True)
+            # The zygote's own wipe: iterative, so a tree thousands of directories deep left
+            # by the code goes too (shutil.rmtree recurses), and never through a link.
+            from rlvr.sandbox.zygote import wipe
+
+            wipe(self.workroot)
+            try:
+                os.rmdir(self.workroot)
+            except OSError:
+                pass
             self.workroot = None
 
     # ------------------------------------------------------------------ control channel
@@ -407,8 +427,10 @@ class Sandbox:
         try:
             data = self.ctl.recv(1 << 20)
         except OSError as e:
+            self._gone = True  # (a reset: it left with our request unread)
             raise SandboxError(f"sandbox server: {e}") from None
         if not data:
+            self._gone = True
             raise SandboxError("the sandbox server exited")
         return json.loads(data)
 
@@ -526,7 +548,7 @@ class Session:
         self.child_pid = ids[3]
         self.deadline = time.monotonic() + self.limits.wall
 
-    def _no_child(self, why: str) -> SandboxError:
+    def _no_child(self, why: str) -> ChildNotStarted:
         """The child died or hung before its hello: a server problem, not the program's."""
         try:
             rep = self.sb._ctl_claim("run", self.n, 2.0)
@@ -534,7 +556,7 @@ class Session:
         except SandboxError as e:
             detail = str(e)
         self.sb.close()
-        return SandboxError(f"the sandboxed child did not start ({why}; {detail})")
+        return ChildNotStarted(f"the sandboxed child did not start ({why}; {detail})")
 
     # ------------------------------------------------------------------ output
 
