@@ -43,7 +43,6 @@ PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
 CLONE_NEWNET = 0x40000000
 MAX_REQUEST = 256 << 20
-WIPE_S = 1.0  # seconds to empty the working directories after a check (bubblewrap: then a fresh server)
 ITER_CAP = 1_000_000
 SMALL_INT = 1 << 62
 
@@ -822,10 +821,10 @@ def main():
         if status is None:
             status = st
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        # Inside bubblewrap the litter is all on our private tmpfs: past WIPE_S (a check that
+        # Inside bubblewrap the litter is all on our private tmpfs: past wipe_s (a check that
         # made a million files) we stop, answer and exit, and the next check gets a fresh
         # server with a fresh tmpfs instead of waiting for this one to be emptied.
-        budget = time.monotonic() + WIPE_S if cfg.get("fresh_on_litter") else None
+        budget = time.monotonic() + cfg["wipe_s"] if cfg.get("wipe_s") is not None else None
         clean = wipe(workdir, deadline=budget)
         for extra in cfg.get("wipe", ()):
             clean = clean and wipe(extra, keep=workdir, deadline=budget)
