@@ -335,6 +335,11 @@ class Sandbox:
                 missing.append("signals: the code runs under your own uid outside a PID namespace, so it can "
                                "signal every process of yours (kill(-1) included), the verifier's too; install "
                                "bubblewrap or run as root")
+            else:
+                missing.append("signals: checks running at the same time on other servers (other verifier "
+                               "workers) share the sandbox uid, so one check's kill(-1) ends theirs (they are "
+                               "graded as programs that exited) and can reach their working directories; "
+                               "install bubblewrap")
         ifaces = info.get("net_ifaces")
         if info.get("net_ns") and info.get("net_ns") != mine("net") and ifaces is not None and set(ifaces) <= {"lo"}:
             iso.append("netns")
