@@ -337,6 +337,18 @@ def test_hangs_time_out(completion, status):
     assert ("CPU time limit" if busy else "wall-clock limit") in v["error"], v
 
 
+def test_ignoring_sigxcpu_is_still_a_cpu_timeout():
+    """A program that ignores SIGXCPU runs on to the hard CPU limit, where the kernel sends
+    SIGKILL: that is the CPU limit too (it was graded as a crash), in both kinds of check."""
+    ignore = "import signal\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\n"
+    config = {"timeout": 1.0, "wall_timeout": 30.0, "test_timeout": 30.0}
+    v = check_attack(ADD, ignore + "def add(a, b):\n    while True:\n        pass\n", statuses=("timeout",), config=config)
+    assert "CPU time limit" in v["error"], v
+    v = check_attack(_stdio("10"), ignore + "n = int(input())\nwhile n == 5:\n    pass\nprint(2 * n)\n",
+                     statuses=("timeout",), config=config)
+    assert v["tests_passed"] == 2 and "CPU time limit" in v["error"], v
+
+
 @pytest.mark.parametrize("completion", [
     "x = bytearray(10 ** 12)\n",
     "x = [0] * 10 ** 10\n",

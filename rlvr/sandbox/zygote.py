@@ -379,7 +379,7 @@ def run_stdio(program, data, wall_s, max_output):
                 if len(out) > max_output:
                     over = True
                     break
-        p, st = os.waitpid(pid, os.WNOHANG)
+        p, st, usage = os.wait4(pid, os.WNOHANG)
         if p == pid:
             status = st
     if status is None:
@@ -387,7 +387,7 @@ def run_stdio(program, data, wall_s, max_output):
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        status = os.waitpid(pid, 0)[1]
+        _, status, usage = os.wait4(pid, 0)
     else:
         while not over:  # what the program wrote just before it exited (never wait for EOF:
             try:         # a daemon it left may hold the pipe open)
@@ -407,6 +407,12 @@ def run_stdio(program, data, wall_s, max_output):
         rep["exit"] = os.WEXITSTATUS(status)
     elif os.WIFSIGNALED(status):
         rep["signal"] = os.WTERMSIG(status)
+        # SIGKILL at RLIMIT_CPU's hard limit (one second past the soft one) is how a program
+        # that ignores SIGXCPU ends: a CPU timeout, not a crash.
+        soft = resource.getrlimit(resource.RLIMIT_CPU)[0]
+        if rep["signal"] == signal.SIGKILL and soft != resource.RLIM_INFINITY and \
+                usage.ru_utime + usage.ru_stime >= soft:
+            rep["signal"] = signal.SIGXCPU
     return rep
 
 
@@ -461,6 +467,11 @@ def stdio_child(program, inp, w):
 
 # --------------------------------------------------------------------------- the child
 
+def cpu_soft(lim):
+    """The child's RLIMIT_CPU soft limit in whole seconds (the hard one is a second more)."""
+    return max(1, int(lim["cpu_s"] + 0.999))
+
+
 def child_main(cfg, req, rpc_fd, out_fd, workdir):
     try:
         os.setsid()
@@ -475,7 +486,7 @@ def child_main(cfg, req, rpc_fd, out_fd, workdir):
         os.closerange(RPC_FD + 1, 1 << 16)
         os.chdir(workdir)
         lim = req["limits"]
-        cpu = max(1, int(lim["cpu_s"] + 0.999))
+        cpu = cpu_soft(lim)
         caps = [
             (resource.RLIMIT_CPU, (cpu, cpu + 1)),
             (resource.RLIMIT_AS, (lim["as_bytes"], lim["as_bytes"])),
@@ -835,6 +846,9 @@ def main():
                 rep["exit"] = os.WEXITSTATUS(status)
             elif os.WIFSIGNALED(status):
                 rep["signal"] = os.WTERMSIG(status)
+                # (SIGKILL at the hard CPU limit: the program ignored SIGXCPU, as in run_stdio)
+                if rep["signal"] == signal.SIGKILL and rep["cpu_s"] >= cpu_soft(req["limits"]):
+                    rep["signal"] = signal.SIGXCPU
         if not stop:
             return
         try:
