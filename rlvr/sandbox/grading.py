@@ -163,7 +163,7 @@ def compile_test(source: str, filename: str) -> object:
         tree = ast.parse(source, filename)
     except SyntaxError as e:
         raise PlanError(f"{filename}: {e.msg} (line {e.lineno})") from None
-    except (ValueError, MemoryError, RecursionError) as e:
+    except ValueError as e:
         raise PlanError(f"{filename}: {e}") from None
     tree = _AssertRewriter(source.splitlines()).visit(tree)
     ast.fix_missing_locations(tree)
