@@ -162,18 +162,18 @@ def test_colliding_set_and_dict_stop_at_the_wall_clock():
 
 def test_values_too_costly_to_read_are_malformed():
     """A Fraction's gcd is quadratic in its terms' length (4 million bits: minutes); int() of a
-    Decimal with an exponent of 10**9 builds a billion-digit int. Such replies are malformed;
-    every Decimal the default context can hold and Fractions of 79,000 digits still cross."""
+    Decimal is quadratic in its digits (10**999999: 20 s). Such replies are malformed;
+    Decimals with exponents up to 100,000 and Fractions of 79,000 digits still cross."""
     from rlvr.sandbox.server import ProtocolError
 
     link = remote.Link(Session(None, Limits()))
     big = hex((1 << (remote.MAX_FRACTION_BITS + 1)) - 1)
-    for reply in ({"$F": [{"$i": big}, 3]}, {"$F": [1, {"$i": big}]}, {"$D": "1e1000000"}, {"$D": "-7E-1000001"}):
+    for reply in ({"$F": [{"$i": big}, 3]}, {"$F": [1, {"$i": big}]}, {"$D": "1e100001"}, {"$D": "9.99E+999999"}, {"$D": "-7E-1000001"}):
         with pytest.raises(ProtocolError):
             remote.decode(reply, link)
     ok = hex((1 << remote.MAX_FRACTION_BITS) - 1)
     assert remote.decode({"$F": [{"$i": ok}, 2]}, link) == Fraction((1 << remote.MAX_FRACTION_BITS) - 1, 2)
-    for text in ("9.99E+999999", "1E-999999", "0E-1000000000", "NaN", "-Infinity", "123.456"):
+    for text in ("9.99E+100000", "-1E-100000", "0E-1000000000", "NaN", "-Infinity", "123.456"):
         d = remote.decode({"$D": text}, link)
         assert str(d) == str(Decimal(text)) or d.is_nan()
 

@@ -32,10 +32,11 @@ from fractions import Fraction
 from rlvr.sandbox.server import ProtocolError, SandboxStop, SandboxTimeout, Session
 
 SMALL_INT = 1 << 62
-# Bounds on values read back (beyond them a reply is malformed): a Decimal's exponent within
-# the default context's (every Decimal computed there fits), a Fraction's terms (2**18 bits:
-# 79,000 digits; Fraction() takes their gcd, 0.2 s at this size and quadratic beyond).
-MAX_EXPONENT = 999_999
+# Bounds on values read back (beyond them a reply is malformed): a Decimal's exponent (int()
+# of a Decimal is quadratic in its digits: 0.2 s at 10**100000, 20 s at 10**999999, which the
+# default context allows), a Fraction's terms (2**18 bits: 79,000 digits; Fraction() takes
+# their gcd, 0.2 s at this size and quadratic beyond).
+MAX_EXPONENT = 100_000
 MAX_FRACTION_BITS = 1 << 18
 
 
