@@ -75,8 +75,8 @@ def reward(verdict: dict) -> float:
     return REWARDS.reward(verdict)
 
 
-def server_tree() -> set[int]:
-    """Pids below this test process (the sandbox server and whatever runs under it)."""
+def server_tree(root: int | None = None) -> set[int]:
+    """Pids below this test process, or below root (the sandbox server and whatever runs under it)."""
     kids: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
@@ -87,7 +87,7 @@ def server_tree() -> set[int]:
                 continue
             ppid = int(data[data.rindex(b")") + 2:].split()[1])
             kids.setdefault(ppid, []).append(int(name))
-    out, stack = set(), [os.getpid()]
+    out, stack = set(), [os.getpid() if root is None else root]
     while stack:
         for c in kids.get(stack.pop(), ()):
             out.add(c)
@@ -335,6 +335,18 @@ def test_hangs_time_out(completion, status):
     config = {"timeout": 1.0, "wall_timeout": 30.0 if busy else 1.0}
     v = check_attack(ADD, completion, statuses=(status,), config=config)
     assert ("CPU time limit" if busy else "wall-clock limit") in v["error"], v
+
+
+def test_ignoring_sigxcpu_is_still_a_cpu_timeout():
+    """A program that ignores SIGXCPU runs on to the hard CPU limit, where the kernel sends
+    SIGKILL: that is the CPU limit too (it was graded as a crash), in both kinds of check."""
+    ignore = "import signal\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\n"
+    config = {"timeout": 1.0, "wall_timeout": 30.0, "test_timeout": 30.0}
+    v = check_attack(ADD, ignore + "def add(a, b):\n    while True:\n        pass\n", statuses=("timeout",), config=config)
+    assert "CPU time limit" in v["error"], v
+    v = check_attack(_stdio("10"), ignore + "n = int(input())\nwhile n == 5:\n    pass\nprint(2 * n)\n",
+                     statuses=("timeout",), config=config)
+    assert v["tests_passed"] == 2 and "CPU time limit" in v["error"], v
 
 
 @pytest.mark.parametrize("completion", [
@@ -793,3 +805,108 @@ def test_stdio_large_integers():
         sys.set_int_max_str_digits(old)
     v = code.verify({"stdio_tests": [{"input": "6000\n", "output": want + "\n"}]}, "print(7 ** int(input()))\n", CFG)
     assert v["status"] == "correct", v
+
+
+# --------------------------------------------------------------------------- attacks on the checks that follow
+
+def test_a_deep_directory_tree_does_not_cost_the_next_check():
+    """Directories 1,500 deep (past the recursion limit) left in the working directory: the
+    server's cleanup used to recurse, die, and take the next, honest check down with it
+    (graded `wrong`). Now the tree goes and the same server runs the next check."""
+    sb = get_sandbox(SandboxConfig())
+    sb.start()
+    server_pid = sb.proc.pid
+    deep = textwrap.dedent("""
+        import os
+        for _ in range(1500):
+            os.mkdir("d")
+            os.chdir("d")
+        def add(a, b):
+            return 0
+    """)
+    check_attack(ADD, deep)
+    v = code.verify(ADD, "import os\ndef add(a, b):\n    return a + b + len(os.listdir('.'))\n", CFG)
+    assert v["status"] == "correct", v
+    assert sb.proc.pid == server_pid and sb.proc.poll() is None
+
+
+@pytest.mark.skipif(not HAVE_BWRAP, reason="the cleanup budget applies to bubblewrap's private tmpfs")
+def test_litter_past_the_cleanup_budget_costs_a_fresh_server_not_the_next_check(monkeypatch):
+    """A check that leaves more than the server can remove in WIPE_S (a million files take
+    seconds) makes the server answer and leave; the next check runs at once on a fresh one,
+    on a clean /tmp. (Budget 0 here: any litter over 256 entries.)"""
+    from rlvr.sandbox import server
+
+    monkeypatch.setattr(server, "WIPE_S", 0.0)
+    sbc = SandboxConfig(tmpfs_mb=63)  # a server of its own, started with the budget above
+    sb = get_sandbox(sbc)
+    try:
+        sb.start()
+        first = sb.proc.pid
+        cfg = {**CFG, "tmpfs_mb": 63}
+        assert code.verify(ADD, "def add(a, b):\n    return a + b\n", cfg)["status"] == "correct"
+        assert sb.proc.pid == first  # a clean check: the same server
+        litter = "import os\nfor i in range(2000):\n    open(f'f{i}', 'w').close()\ndef add(a, b):\n    return 0\n"
+        check_attack(ADD, litter, config={"tmpfs_mb": 63})
+        look = "import os\ndef add(a, b):\n    return a + b + len(os.listdir('.'))\n"
+        v = code.verify(ADD, look, cfg)
+        assert v["status"] == "correct", v
+        assert sb.proc.pid != first
+    finally:
+        sb.close()
+
+
+def test_a_server_lost_before_the_check_started_is_retried_not_graded(monkeypatch, baseline):
+    """The server dies with a check's request unread (as when an earlier check made it
+    leave): nothing of this program ran, so the check runs again on a fresh server instead
+    of being graded `wrong` (it used to be, as the program's fault)."""
+    import signal
+
+    from rlvr.sandbox import server
+
+    sb = get_sandbox(SandboxConfig())
+    begin = server.Session._begin
+    lost = []
+
+    def begin_on_a_server_that_dies(self):
+        self.sb.start()
+        if lost:
+            return begin(self)
+        tree = [self.sb.proc.pid, *server_tree(self.sb.proc.pid)]  # stopped, sent the request, killed
+        for sig in (signal.SIGSTOP, None, signal.SIGKILL):
+            if sig is None:
+                begin(self)
+                lost.append(self.sb.proc.pid)
+                continue
+            for pid in tree:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+
+    monkeypatch.setattr(server.Session, "_begin", begin_on_a_server_that_dies)
+    try:
+        for record, program in ((ADD, "def add(a, b):\n    return a + b\n"), (_stdio("10"), DOUBLE)):
+            lost.clear()
+            v = code.verify(record, program, CFG)
+            assert v["status"] == "correct", v
+            assert lost and sb.proc.pid != lost[0]
+    finally:
+        baseline.clear()  # the fresh server is the idle tree from now on
+        baseline.update(server_tree())
+
+
+def test_replies_built_to_be_slow_to_read_stop_at_the_wall_clock():
+    """The program patches its own agent to answer with a set of 60,000 distinct ints of one
+    hash: reading it back took minutes of this process's time past any limit. Now the
+    reading stops at the check's wall clock (2 s here) as a timeout."""
+    forged = textwrap.dedent("""
+        import gc
+        def add(a, b):
+            return 0
+        agent = next(o for o in gc.get_objects() if type(o).__name__ == "Agent")
+        m = (1 << 61) - 1
+        agent.encode = lambda v: {"$s": [{"$i": hex(m * (k + 3))} for k in range(60000)]}
+    """)
+    v = check_attack(ADD, forged, statuses=("timeout",), config={"timeout": 1.0})
+    assert "wall-clock" in v["error"], v

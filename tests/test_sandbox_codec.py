@@ -131,3 +131,102 @@ def test_every_tag_the_trusted_side_writes_the_sandbox_reads(sides):
     out_sandbox = tags([agent.encode(v) for v in VALUES] + [agent.encode(iter(()))], set())
     assert {"$t", "$d", "$s", "$f", "$i", "$u", "$b", "$y", "$c", "$D", "$F", "$n"} <= out_trusted
     assert {"$t", "$d", "$s", "$f", "$i", "$u", "$b", "$y", "$c", "$D", "$F", "$h"} <= out_sandbox
+
+
+# --------------------------------------------------------------------------- replies built to be slow to read
+#
+# The program controls its replies (it can patch the agent that encodes them), so reading a
+# reply must stay within the check's wall clock whatever it holds.
+
+M61 = (1 << 61) - 1  # ints that are multiples of it all hash alike
+
+
+def test_colliding_set_and_dict_stop_at_the_wall_clock():
+    """Distinct elements with one hash make each insertion as slow as the container is long
+    (20,000 took 18 s); past the check's deadline the reading stops as a timeout."""
+    import time
+
+    from rlvr.sandbox.server import SandboxTimeout
+
+    link = remote.Link(Session(None, Limits(wall_s=1.0)))
+    colliding = [{"$i": hex(M61 * (k + 3))} for k in range(2000)]
+    assert len(remote.decode({"$s": colliding}, link)) == 2000  # a session not started has no deadline
+    link.session.deadline = time.monotonic() - 1  # the check's wall clock has run out
+    for reply in ({"$s": colliding}, {"$f": colliding}, {"$d": [[k, 0] for k in colliding]}):
+        with pytest.raises(SandboxTimeout):
+            remote.decode(reply, link)
+    link = remote.Link(Session(None, Limits()))
+    link.session.deadline = time.monotonic() - 1
+    assert remote.decode({"$s": list(range(63))}, link) == set(range(63))  # small ones are not timed
+
+
+def test_values_too_costly_to_read_are_malformed():
+    """A Fraction's gcd is quadratic in its terms' length (4 million bits: minutes); int() of a
+    Decimal is quadratic in its digits (10**999999: 20 s). Such replies are malformed;
+    Decimals with exponents up to 100,000 and Fractions of 79,000 digits still cross."""
+    from rlvr.sandbox.server import ProtocolError
+
+    link = remote.Link(Session(None, Limits()))
+    big = hex((1 << (remote.MAX_FRACTION_BITS + 1)) - 1)
+    for reply in ({"$F": [{"$i": big}, 3]}, {"$F": [1, {"$i": big}]}, {"$D": "1e100001"}, {"$D": "9.99E+999999"}, {"$D": "-7E-1000001"}):
+        with pytest.raises(ProtocolError):
+            remote.decode(reply, link)
+    ok = hex((1 << remote.MAX_FRACTION_BITS) - 1)
+    assert remote.decode({"$F": [{"$i": ok}, 2]}, link) == Fraction((1 << remote.MAX_FRACTION_BITS) - 1, 2)
+    for text in ("9.99E+100000", "-1E-100000", "0E-1000000000", "NaN", "-Infinity", "123.456"):
+        d = remote.decode({"$D": text}, link)
+        assert str(d) == str(Decimal(text)) or d.is_nan()
+
+
+@pytest.fixture
+def tmpfs_path(tmp_path):
+    """A directory on a tmpfs where there is one (the sandbox's /tmp is one; deep trees are
+    slow to make and remove on a disk), else tmp_path."""
+    import tempfile
+    from pathlib import Path
+
+    if not (os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK)):
+        yield tmp_path
+        return
+    path = tempfile.mkdtemp(prefix="rlvr-test-wipe-", dir="/dev/shm")
+    try:
+        yield Path(path)
+    finally:
+        zygote.wipe(path)
+        os.rmdir(path)
+
+
+def test_wipe_removes_any_tree_and_follows_no_link(tmpfs_path):
+    """The server's cleanup after a check: a tree deeper than the recursion limit and than
+    PATH_MAX (a recursive walk died on it and took the server down), read-only and
+    unreadable directories, links to outside (never followed); `keep` survives; a deadline
+    stops it with work left."""
+    outside = tmpfs_path / "outside"
+    outside.mkdir()
+    (outside / "canary").write_text("keep me")
+    root = tmpfs_path / "root"
+    (root / "w").mkdir(parents=True)
+    (root / "w" / "kept").write_text("x")
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        for _ in range(1100):  # "ddddd/" * 1100: 6,600 characters of path below root
+            os.mkdir("ddddd", dir_fd=fd)
+            sub = os.open("ddddd", os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = sub
+        with open(os.open("deep", os.O_CREAT | os.O_WRONLY, 0o600, dir_fd=fd), "w") as fh:
+            fh.write("x")
+    finally:
+        os.close(fd)
+    (root / "ro").mkdir()
+    (root / "ro" / "f").write_text("x")
+    (root / "ro").chmod(0o500)
+    (root / "closed").mkdir()
+    (root / "closed" / "f").write_text("x")
+    (root / "closed").chmod(0)
+    os.symlink(outside, root / "link")
+    os.symlink(outside / "canary", root / "flink")
+    assert zygote.wipe(str(root), keep=str(root / "w"), deadline=0.0) is False  # out of time at once
+    assert zygote.wipe(str(root), keep=str(root / "w")) is True
+    assert sorted(os.listdir(root)) == ["w"] and os.listdir(root / "w") == ["kept"]
+    assert (outside / "canary").read_text() == "keep me"

@@ -136,6 +136,29 @@ def test_unusable_tests_are_errors_not_wrong(record, needle):
     assert v["status"] == "error" and needle in v["error"]
 
 
+@pytest.mark.parametrize("test", ["assert f() == 1  # \x00", "assert f() == '\ud800'"], ids=["nul", "surrogate"])
+def test_tests_python_cannot_compile_are_unusable_on_every_311(test):
+    """A NUL byte (a ValueError from the parser on Python 3.11.2, a SyntaxError on 3.11.7)
+    or a lone surrogate in the test code: bad input at the record, not a crash."""
+    rec = {"tests": [test]}
+    assert code.check_record(rec)[0] == "tests"
+    v = code.verify(rec, "def f():\n    return 1\n", {})
+    assert v["status"] == "error" and "unusable tests" in v["error"], v
+
+
+@pytest.mark.timeout(60)  # a guard against the quadratic patterns' hang, not a timing check
+def test_extraction_is_linear_on_hostile_completions():
+    """Blank-line runs and fence lines ending in a backtick: both patterns used to backtrack
+    quadratically (8,000 newlines took 10 s; these sizes would take hours)."""
+    lines = "\n" * 300_000
+    assert code.extract_code("```python\n" + lines + "def f(x):\n    return x\n```", "f")[1] == "fence"
+    assert code.extract_code("```python\n" + lines + "x = 1\n```", "f") == ("x = 1", "fence")
+    tick = "```" + "a" * 300_000 + "`\n"
+    assert code.extract_code(tick + "print(1)\n") == (tick + "print(1)\n", "plain")  # not an opening fence
+    assert code.extract_code("```py thon\nx = 1\n```")[0] == "x = 1"
+    assert code._defines("x = 1\n\tasync def  f (x):\n", "f") and not code._defines("def\nf(x):\n", "f")
+
+
 def test_config_is_validated():
     code.check_config({"timeout": 3, "wall_timeout": 9, "memory_mb": 512, "sandbox": "process", "strict_types": True,
                        "numeric_cross": False})
@@ -257,6 +280,22 @@ def test_expected_exceptions_keep_their_builtin_class():
     assert run(rec, good)["status"] == "correct"
     v = run(rec, "def root(x):\n    if x < 0:\n        raise KeyError('negative')\n    return int(x ** 0.5)\n")
     assert v["status"] == "wrong" and "KeyError" in v["error"]
+
+
+def test_stop_iteration_from_the_candidate_does_not_end_the_tests_iteration():
+    """Python ends map() quietly when the function it calls raises StopIteration, so
+    ``all(map(f, xs))`` held for an f that only raised it; next() of the candidate's own
+    iterator still ends with StopIteration."""
+    rec = {"tests": ["assert all(map(is_prime, [2, 3, 5, 7]))", "assert not any(map(is_prime, [4, 6, 8]))"]}
+    for cheat in ("def is_prime(n):\n    raise StopIteration\n",
+                  "def is_prime(n):\n    return next(iter([]))\n"):
+        v = run(rec, cheat)
+        assert v["status"] == "wrong" and "StopIteration" in v["error"], v
+    honest = "def is_prime(n):\n    return n > 1 and all(n % d for d in range(2, n))\n"
+    assert run(rec, honest)["status"] == "correct"
+    gen = {"tests": ["g = count_to(2)", "assert next(g) == 1 and next(g) == 2", "assert next(g, 'end') == 'end'",
+                     "assert list(map(count_to, [0])) != []"]}
+    assert run(gen, "def count_to(n):\n    yield from range(1, n + 1)\n")["status"] == "correct"
 
 
 def test_truthiness_asserts_and_numeric_cross_option():

@@ -157,11 +157,14 @@ class _AssertRewriter(ast.NodeTransformer):
 
 
 def compile_test(source: str, filename: str) -> object:
-    """Compile trusted test code with its asserts rewritten (SyntaxError -> PlanError)."""
+    """Compile trusted test code with its asserts rewritten (SyntaxError -> PlanError; so is
+    a NUL byte, a ValueError on some Python 3.11 releases, and a lone surrogate)."""
     try:
         tree = ast.parse(source, filename)
     except SyntaxError as e:
         raise PlanError(f"{filename}: {e.msg} (line {e.lineno})") from None
+    except ValueError as e:
+        raise PlanError(f"{filename}: {e}") from None
     tree = _AssertRewriter(source.splitlines()).visit(tree)
     ast.fix_missing_locations(tree)
     return compile(tree, filename, "exec", dont_inherit=True, optimize=0)

@@ -25,12 +25,19 @@ import collections
 import importlib
 import json
 import sys
+import time
 from decimal import Decimal
 from fractions import Fraction
 
-from rlvr.sandbox.server import ProtocolError, SandboxStop, Session
+from rlvr.sandbox.server import ProtocolError, SandboxStop, SandboxTimeout, Session
 
 SMALL_INT = 1 << 62
+# Bounds on values read back (beyond them a reply is malformed): a Decimal's exponent (int()
+# of a Decimal is quadratic in its digits: 0.2 s at 10**100000, 20 s at 10**999999, which the
+# default context allows), a Fraction's terms (2**18 bits: 79,000 digits; Fraction() takes
+# their gcd, 0.2 s at this size and quadratic beyond).
+MAX_EXPONENT = 100_000
+MAX_FRACTION_BITS = 1 << 18
 
 
 class CandidateExit(SandboxStop):
@@ -46,7 +53,25 @@ class RemoteException(Exception):
 _EXC_CLASSES: dict[str, type] = {}
 
 
-def remote_exception(rep: dict) -> BaseException:
+class CandidateStopIteration(RuntimeError, RemoteException):
+    """StopIteration raised by the candidate anywhere but a ``next()`` of its own iterator.
+    Python ends a ``map``, ``filter`` or ``zip`` quietly when a function it calls raises
+    StopIteration, so ``all(map(f, xs))`` would hold for an ``f`` that only raises it; like
+    PEP 479 in generators, it becomes a RuntimeError here."""
+
+
+def remote_exception(rep: dict, op: str | None = None) -> BaseException:
+    """The exception a reply reports; op: the request it answers (StopIteration stays one
+    only for "next")."""
+    exc = _remote_exception(rep)
+    if op != "next" and isinstance(exc, (StopIteration, StopAsyncIteration)):
+        stray = CandidateStopIteration(f"the program raised {exc.remote_type}" + (f": {exc}" if str(exc) else ""))
+        stray.remote_type = exc.remote_type
+        return stray
+    return exc
+
+
+def _remote_exception(rep: dict) -> BaseException:
     x = rep.get("x")
     if not (isinstance(x, list) and len(x) == 2 and all(isinstance(s, str) for s in x)):
         return ProtocolError("malformed error reply")
@@ -95,18 +120,18 @@ class Link:
             self.memo.clear()  # the test went another way: no more batched answers
         return self.ask({"op": "call", "h": hid, "a": a, "k": k})
 
-    def _reply(self, rep):
+    def _reply(self, rep, op: str | None = None):
         if not isinstance(rep, dict):
             raise self.session._stop(ProtocolError("malformed reply"))
         if "x" in rep:
-            raise remote_exception(rep)
+            raise remote_exception(rep, op)
         if "v" not in rep:
             raise self.session._stop(ProtocolError("reply without a value"))
         return decode(rep["v"], self)
 
     def ask(self, msg: dict):
         self.calls += 1
-        return self._reply(self.session.request(msg))
+        return self._reply(self.session.request(msg), msg.get("op"))
 
     def load(self, source: str, want: list[str] = (), calls: list = ()) -> tuple[list[str], dict]:
         """Run the candidate program; return the global names it defined, and the
@@ -174,11 +199,11 @@ def decode(x, link: Link):
         if tag == "$t":
             return tuple(decode(i, link) for i in val)
         if tag == "$d":
-            return {decode(k, link): decode(v, link) for k, v in val}
+            return _built({}, ((decode(k, link), decode(v, link)) for k, v in val), link)
         if tag == "$s":
-            return {decode(i, link) for i in val}
+            return _built(set(), ((decode(i, link),) for i in val), link)
         if tag == "$f":
-            return frozenset(decode(i, link) for i in val)
+            return frozenset(_built(set(), ((decode(i, link),) for i in val), link))
         if tag == "$i":
             return int(val, 16)
         if tag == "$u":
@@ -193,17 +218,34 @@ def decode(x, link: Link):
                 raise ValueError
             return complex(re_, im)
         if tag == "$D":
-            return Decimal(val)
+            dec = Decimal(val)
+            if dec.is_finite() and dec and not -MAX_EXPONENT <= dec.adjusted() <= MAX_EXPONENT:
+                raise ValueError  # int() or round() of it here would run for hours
+            return dec
         if tag == "$F":
             n, d = (decode(v, link) for v in val)
-            if type(n) is not int or type(d) is not int:
-                raise ValueError
+            if type(n) is not int or type(d) is not int or max(n.bit_length(), d.bit_length()) > MAX_FRACTION_BITS:
+                raise ValueError  # Fraction() takes their gcd, quadratic in their length
             return Fraction(n, d)
     except SandboxStop:
         raise
     except (ValueError, TypeError, ArithmeticError, RecursionError, AttributeError):
         pass
     raise link.session._stop(ProtocolError("malformed value"))
+
+
+def _built(into, items, link: Link):
+    """A set or dict filled from (element,) or (key, value) pairs, watching the check's wall
+    clock: elements whose hashes all collide (multiples of 2**61 - 1 among ints) make each
+    insertion as slow as the container is long, and must not hold this process past it."""
+    add = into.add if isinstance(into, set) else into.__setitem__
+    deadline = link.session.deadline or float("inf")  # (0: a session not started, as in codec tests)
+    for n, item in enumerate(items):
+        add(*item)
+        if not n & 63 and n and time.monotonic() > deadline:
+            raise link.session._stop(SandboxTimeout(f"no answer within {link.session.limits.wall:g} s of wall clock "
+                                                    "(a reply too slow to read)"))
+    return into
 
 
 def encode(v, link: Link):

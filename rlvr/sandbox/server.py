@@ -42,6 +42,9 @@ ZYGOTE_SRC_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygo
 MODES = ("auto", "bwrap", "process")
 START_TIMEOUT_S = 20.0
 CTL_TIMEOUT_S = 10.0
+# Seconds the bubblewrap server spends emptying /tmp and /dev/shm after a check; a check that
+# left more (a million files) costs a fresh server (0.1-0.2 s) instead of the next check's time.
+WIPE_S = 1.0
 # Standard-library modules imported once in the server, so checks that use them start warm.
 PREIMPORT = ("math", "cmath", "re", "collections", "itertools", "functools", "heapq", "bisect", "string",
              "typing", "random", "copy", "operator", "datetime", "fractions", "decimal", "statistics",
@@ -50,6 +53,11 @@ PREIMPORT = ("math", "cmath", "re", "collections", "itertools", "functools", "he
 
 class SandboxError(RuntimeError):
     """The sandbox could not be started or driven (an infrastructure problem, not the code's fault)."""
+
+
+class ChildNotStarted(SandboxError):
+    """The server gave no confined child for a check (it died, e.g. after the previous check):
+    no code of this check has run, so the check can be made again on a fresh server."""
 
 
 class SandboxStop(BaseException):
@@ -88,7 +96,9 @@ class Limits:
     fsize_mb: int = 16
     nofile: int = 64
     max_output_bytes: int = 1 << 20
-    max_message_bytes: int = 64 << 20
+    # One reply of the program (a returned value): its JSON becomes 10-25 times as many bytes
+    # of objects here, and is read in one piece.
+    max_message_bytes: int = 16 << 20
 
     @property
     def wall(self) -> float:
@@ -151,6 +161,7 @@ class Sandbox:
         self.workroot: str | None = None
         self._errfile = None
         self._warned = False
+        self._gone = False  # the server closed its end (it exits by itself, e.g. for a fresh tmpfs)
         self.uid: int | None = None
         self.seq = 0  # checks started on this server
         self.replies: dict[tuple[str, int], dict] = {}  # control replies not yet claimed
@@ -262,6 +273,7 @@ class Sandbox:
         if mode == "bwrap":
             zcfg["workroot"] = "/tmp"
             zcfg["wipe"] = ["/tmp", "/dev/shm"]
+            zcfg["wipe_s"] = WIPE_S
             argv = self._bwrap_argv(drop, zcfg)
             cwd = "/"
         else:
@@ -285,6 +297,7 @@ class Sandbox:
             raise SandboxError(f"cannot start the sandbox server: {e}") from None
         child_sock.close()
         self.ctl = parent_sock
+        self._gone = False
         try:
             info = self._ctl_recv(START_TIMEOUT_S)
         except SandboxError as e:
@@ -322,6 +335,11 @@ class Sandbox:
                 missing.append("signals: the code runs under your own uid outside a PID namespace, so it can "
                                "signal every process of yours (kill(-1) included), the verifier's too; install "
                                "bubblewrap or run as root")
+            else:
+                missing.append("signals: checks running at the same time on other servers (other verifier "
+                               "workers) share the sandbox uid, so one check's kill(-1) ends theirs (they are "
+                               "graded as programs that exited) and can reach their working directories; "
+                               "install bubblewrap")
         ifaces = info.get("net_ifaces")
         if info.get("net_ns") and info.get("net_ns") != mine("net") and ifaces is not None and set(ifaces) <= {"lo"}:
             iso.append("netns")
@@ -385,7 +403,9 @@ class Sandbox:
             self.ctl = None
         if self.proc is not None:
             try:
-                self.proc.wait(timeout=2)
+                # A server that left by itself may still be freeing its tmpfs (a check's million
+                # files): no need to wait for that.
+                self.proc.wait(timeout=0.1 if self._gone else 2)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
@@ -394,7 +414,15 @@ class Sandbox:
             self._errfile.close()
             self._errfile = None
         if self.workroot:
-            shutil.rmtree(self.workroot, ignore_errors=True)
+            # The zygote's own wipe: iterative, so a tree thousands of directories deep left
+            # by the code goes too (shutil.rmtree recurses), and never through a link.
+            from rlvr.sandbox.zygote import wipe
+
+            wipe(self.workroot)
+            try:
+                os.rmdir(self.workroot)
+            except OSError:
+                pass
             self.workroot = None
 
     # ------------------------------------------------------------------ control channel
@@ -407,8 +435,10 @@ class Sandbox:
         try:
             data = self.ctl.recv(1 << 20)
         except OSError as e:
+            self._gone = True  # (a reset: it left with our request unread)
             raise SandboxError(f"sandbox server: {e}") from None
         if not data:
+            self._gone = True
             raise SandboxError("the sandbox server exited")
         return json.loads(data)
 
@@ -526,7 +556,7 @@ class Session:
         self.child_pid = ids[3]
         self.deadline = time.monotonic() + self.limits.wall
 
-    def _no_child(self, why: str) -> SandboxError:
+    def _no_child(self, why: str) -> ChildNotStarted:
         """The child died or hung before its hello: a server problem, not the program's."""
         try:
             rep = self.sb._ctl_claim("run", self.n, 2.0)
@@ -534,7 +564,7 @@ class Session:
         except SandboxError as e:
             detail = str(e)
         self.sb.close()
-        return SandboxError(f"the sandboxed child did not start ({why}; {detail})")
+        return ChildNotStarted(f"the sandboxed child did not start ({why}; {detail})")
 
     # ------------------------------------------------------------------ output
 

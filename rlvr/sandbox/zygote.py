@@ -1,8 +1,9 @@
 """The program that runs inside the sandbox: a warm fork server and the candidate agent.
 
-It is not imported by rlvr: rlvr.sandbox.server passes this file's source to a fresh
-interpreter (``python -S -s -P -c SOURCE CONFIG``) inside bubblewrap, or as a plain
-child process where bubblewrap is missing. It uses the standard library only.
+rlvr imports only its wipe() (rlvr.sandbox.server removes a working root with it): the
+server is this file's source run by a fresh interpreter (``python -S -s -P -c SOURCE
+CONFIG``) inside bubblewrap, or as a plain child process where bubblewrap is missing. It
+uses the standard library only.
 
 The server (the "zygote") waits on its control socket (a SOCK_SEQPACKET socket whose fd
 number is in the config). For each
@@ -378,7 +379,7 @@ def run_stdio(program, data, wall_s, max_output):
                 if len(out) > max_output:
                     over = True
                     break
-        p, st = os.waitpid(pid, os.WNOHANG)
+        p, st, usage = os.wait4(pid, os.WNOHANG)
         if p == pid:
             status = st
     if status is None:
@@ -386,7 +387,7 @@ def run_stdio(program, data, wall_s, max_output):
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        status = os.waitpid(pid, 0)[1]
+        _, status, usage = os.wait4(pid, 0)
     else:
         while not over:  # what the program wrote just before it exited (never wait for EOF:
             try:         # a daemon it left may hold the pipe open)
@@ -406,6 +407,12 @@ def run_stdio(program, data, wall_s, max_output):
         rep["exit"] = os.WEXITSTATUS(status)
     elif os.WIFSIGNALED(status):
         rep["signal"] = os.WTERMSIG(status)
+        # SIGKILL at RLIMIT_CPU's hard limit (one second past the soft one) is how a program
+        # that ignores SIGXCPU ends: a CPU timeout, not a crash.
+        soft = resource.getrlimit(resource.RLIMIT_CPU)[0]
+        if rep["signal"] == signal.SIGKILL and soft != resource.RLIM_INFINITY and \
+                usage.ru_utime + usage.ru_stime >= soft:
+            rep["signal"] = signal.SIGXCPU
     return rep
 
 
@@ -460,6 +467,11 @@ def stdio_child(program, inp, w):
 
 # --------------------------------------------------------------------------- the child
 
+def cpu_soft(lim):
+    """The child's RLIMIT_CPU soft limit in whole seconds (the hard one is a second more)."""
+    return max(1, int(lim["cpu_s"] + 0.999))
+
+
 def child_main(cfg, req, rpc_fd, out_fd, workdir):
     try:
         os.setsid()
@@ -474,7 +486,7 @@ def child_main(cfg, req, rpc_fd, out_fd, workdir):
         os.closerange(RPC_FD + 1, 1 << 16)
         os.chdir(workdir)
         lim = req["limits"]
-        cpu = max(1, int(lim["cpu_s"] + 0.999))
+        cpu = cpu_soft(lim)
         caps = [
             (resource.RLIMIT_CPU, (cpu, cpu + 1)),
             (resource.RLIMIT_AS, (lim["as_bytes"], lim["as_bytes"])),
@@ -596,28 +608,118 @@ def kill_everything(cfg, main_pid, limit_s=5.0):
     return status
 
 
-def wipe(path, keep=None):
-    """Remove everything below path (as the zygote's user) but path itself and keep.
-    Links are removed, never followed (the check's processes are dead by now, so nothing
-    can swap a directory for a link meanwhile)."""
-    if os.path.islink(path):
-        os.unlink(path)
-        return
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _entries(fd, skip=None):
+    """(name, is a directory) of what a directory holds, read in full (so it can be changed
+    while the names are worked through)."""
+    out = []
     try:
-        entries = list(os.scandir(path))
+        with os.scandir(fd) as it:
+            for e in it:
+                if e.name == skip:
+                    continue
+                try:
+                    out.append((e.name, e.is_dir(follow_symlinks=False)))
+                except OSError:
+                    out.append((e.name, False))
     except OSError:
-        return
-    for e in entries:
-        if e.path == keep:
-            continue
+        pass
+    return out
+
+
+def _open_dir(name, fd):
+    """A descriptor of directory `name` in fd, never through a link; None if it cannot be had."""
+    for attempt in (0, 1):
         try:
-            if e.is_dir(follow_symlinks=False):
-                wipe(e.path)
-                os.rmdir(e.path)
-            else:
-                os.unlink(e.path)
+            return os.open(name, _DIR_FLAGS, dir_fd=fd)
+        except PermissionError:
+            if attempt:
+                return None
+            try:  # a directory the code made unreadable (only where we are its owner, no more)
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                if (st.st_mode & 0o170000) != 0o040000:
+                    return None
+                os.chmod(name, 0o700, dir_fd=fd)
+            except (OSError, NotImplementedError):
+                return None
         except OSError:
-            pass
+            return None
+    return None
+
+
+def _remove(name, fd, how):
+    for attempt in (0, 1):
+        try:
+            how(name, dir_fd=fd)
+            return
+        except PermissionError:
+            if attempt:
+                return
+            try:  # a directory the code made read-only
+                os.fchmod(fd, 0o700)
+            except OSError:
+                return
+        except OSError:
+            return
+
+
+def wipe(path, keep=None, deadline=None):
+    """Remove everything below path (as the zygote's user) but path itself and keep.
+
+    Iterative and relative to directory descriptors, so a tree of any depth or path length
+    goes (a recursive walk would crash on a deep one: the code can make directories
+    thousands deep); links are removed, never followed: every step opens the next
+    directory with O_NOFOLLOW, and each climb back checks that it reaches the directory it
+    came from (where another process of the sandbox uid could move a directory meanwhile,
+    without a PID namespace, it stops instead of removing anything elsewhere). Returns
+    False when it stopped at the deadline (time.monotonic()) with work left."""
+    try:
+        fd = os.open(path, _DIR_FLAGS)
+    except OSError:
+        if os.path.islink(path):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        return True
+    skip = None
+    if keep is not None and os.path.dirname(keep.rstrip("/")) == path.rstrip("/"):
+        skip = os.path.basename(keep.rstrip("/"))
+    stack = []  # for each directory above: (our name in it, its (dev, inode), its names still to remove)
+    pending = _entries(fd, skip)
+    steps = 0
+    try:
+        while True:
+            steps += 1
+            if deadline is not None and not steps & 255 and time.monotonic() > deadline:
+                return False
+            if pending:
+                name, is_dir = pending.pop()
+                sub = _open_dir(name, fd) if is_dir else None
+                if sub is None:
+                    _remove(name, fd, os.unlink)
+                    continue
+                st = os.fstat(fd)
+                stack.append((name, (st.st_dev, st.st_ino), pending))
+                os.close(fd)
+                fd, pending = sub, _entries(sub)
+                continue
+            if not stack:
+                return True
+            name, ident, pending = stack.pop()
+            parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != ident:
+                return True  # (not for want of time)
+            _remove(name, fd, os.rmdir)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
 
 
 def probe(cfg):
@@ -730,9 +832,13 @@ def main():
         if status is None:
             status = st
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        wipe(workdir)
+        # Inside bubblewrap the litter is all on our private tmpfs: past wipe_s (a check that
+        # made a million files) we stop, answer and exit, and the next check gets a fresh
+        # server with a fresh tmpfs instead of waiting for this one to be emptied.
+        budget = time.monotonic() + cfg["wipe_s"] if cfg.get("wipe_s") is not None else None
+        clean = wipe(workdir, deadline=budget)
         for extra in cfg.get("wipe", ()):
-            wipe(extra, keep=workdir)
+            clean = clean and wipe(extra, keep=workdir, deadline=budget)
         rep = {"done": True, "n": n, "backstop": killed_early,
                "cpu_s": round((after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), 4)}
         if status is not None:
@@ -740,11 +846,16 @@ def main():
                 rep["exit"] = os.WEXITSTATUS(status)
             elif os.WIFSIGNALED(status):
                 rep["signal"] = os.WTERMSIG(status)
+                # (SIGKILL at the hard CPU limit: the program ignored SIGXCPU, as in run_stdio)
+                if rep["signal"] == signal.SIGKILL and rep["cpu_s"] >= cpu_soft(req["limits"]):
+                    rep["signal"] = signal.SIGXCPU
         if not stop:
             return
         try:
             ctl.send(json.dumps(rep).encode())
         except OSError:
+            return
+        if not clean:
             return
 
 

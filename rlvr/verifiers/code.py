@@ -56,8 +56,8 @@ import signal
 
 from rlvr.sandbox import grading, stdio
 from rlvr.sandbox.remote import Link
-from rlvr.sandbox.server import (Limits, SandboxConfig, SandboxError, SandboxStop, SandboxTimeout,
-                                 get_sandbox)
+from rlvr.sandbox.server import (ChildNotStarted, Limits, SandboxConfig, SandboxError, SandboxStop,
+                                 SandboxTimeout, get_sandbox)
 
 NAME = "code"
 VERSION = "1"
@@ -146,7 +146,9 @@ def warmup() -> None:
 
 # --------------------------------------------------------------------------- extraction
 
-_FENCE_OPEN = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})[ \t]*([^\s`]*)[^\n`]*$")
+# A fence's opening line: the fence, a language, and no backtick in the rest of the line
+# (checked apart: in one pattern, two overlapping runs before `$` made it quadratic).
+_FENCE_OPEN = re.compile(r"[ \t]{0,3}(`{3,}|~{3,})[ \t]*([^\s`]*)")
 _PY_LANGS = {"", "python", "py", "python3", "py3", "pycon", "ipython"}
 
 
@@ -157,7 +159,7 @@ def _fences(text: str) -> tuple[list[tuple[str, str]], str | None]:
     i, n = 0, len(lines)
     while i < n:
         m = _FENCE_OPEN.match(lines[i])
-        if not m:
+        if not m or "`" in lines[i][m.end():]:
             i += 1
             continue
         fence, lang = m.group(1), m.group(2).lower()
@@ -179,7 +181,9 @@ def _fences(text: str) -> tuple[list[tuple[str, str]], str | None]:
 
 
 def _defines(code: str, name: str) -> bool:
-    return re.search(rf"^\s*(?:async\s+)?def\s+{re.escape(name)}\s*\(", code, re.M) is not None
+    # [ \t\f], not \s: \s crosses line ends, and from every line start over a run of blank
+    # lines that is quadratic (a completion of many newlines took minutes).
+    return re.search(rf"^[ \t\f]*(?:async[ \t\f]+)?def[ \t\f]+{re.escape(name)}[ \t\f]*\(", code, re.M) is not None
 
 
 def _unquote(code: str) -> str:
@@ -263,22 +267,27 @@ def verify(record: dict, completion: str, config: dict) -> dict:
     if program is None:
         return verdict
     sandbox = get_sandbox(sbc)
+
+    def check(session):
+        link = Link(session)
+        outcome = grading.Outcome(total=len(plan.units) if plan.kind == "asserts" else 1)
+        load_error = None
+        try:
+            names, known = link.load(program, plan.want, plan.calls)
+        except SandboxStop as e:
+            outcome.stop = e
+        except SandboxError:
+            raise  # the sandbox failed, not the program
+        except Exception as e:  # noqa: BLE001 - the candidate program raised while loading
+            load_error = f"{type(e).__name__}: {e}"
+        else:
+            outcome = grading.run_plan(plan, link, names, known, **compare)
+        # Exit status and the last output matter only when the program stopped answering.
+        fin = session.finish(wait=outcome.stop is not None)
+        return outcome, load_error, fin, link.calls, link.batched
+
     try:
-        with sandbox.session(limits) as session:
-            link = Link(session)
-            outcome = grading.Outcome(total=len(plan.units) if plan.kind == "asserts" else 1)
-            load_error = None
-            try:
-                names, known = link.load(program, plan.want, plan.calls)
-            except SandboxStop as e:
-                outcome.stop = e
-            except Exception as e:  # noqa: BLE001 - the candidate program raised while loading
-                load_error = f"{type(e).__name__}: {e}"
-            else:
-                outcome = grading.run_plan(plan, link, names, known, **compare)
-            # Exit status and the last output matter only when the program stopped answering.
-            fin = session.finish(wait=outcome.stop is not None)
-            calls, batched = link.calls, link.batched
+        outcome, load_error, fin, calls, batched = _in_session(sandbox, limits, check)
     except grading.PlanError as e:
         verdict["error"] = f"unusable tests: {e}"
         return verdict
@@ -316,6 +325,18 @@ def verify(record: dict, completion: str, config: dict) -> dict:
         verdict["exit_code"] = fin.exit
     _pass_rate(verdict, opts)
     return _finish(verdict, fin, fin.signal, sandbox, how, {"calls": calls, "batched": batched or None})
+
+
+def _in_session(sandbox, limits: Limits, work):
+    """work(session) in a fresh sandboxed child; once more, on a fresh server, when the child
+    never started (the server died after an earlier check: nothing of this program ran)."""
+    try:
+        with sandbox.session(limits) as session:
+            return work(session)
+    except ChildNotStarted:
+        pass
+    with sandbox.session(limits) as session:
+        return work(session)
 
 
 def _prepare(record: dict, completion: str, make_plan) -> tuple[dict, str | None, str, object]:
@@ -369,11 +390,14 @@ def _verify_stdio(record: dict, completion: str, config: dict) -> dict:
                     fsize_mb=limits.fsize_mb, nofile=limits.nofile, max_output_bytes=limits.max_output_bytes)
     allenai = opts["mode"] == "allenai"
     sandbox = get_sandbox(sbc)
+
+    def check(session):
+        outcome = stdio.run_tests(session, program, tests, test_wall, limits.max_output_bytes,
+                                  compare=stdio.same_lines if allenai else stdio.same_output, run_all=allenai)
+        return outcome, session.finish(wait=outcome.stop is not None)
+
     try:
-        with sandbox.session(limits) as session:
-            outcome = stdio.run_tests(session, program, tests, test_wall, limits.max_output_bytes,
-                                      compare=stdio.same_lines if allenai else stdio.same_output, run_all=allenai)
-            fin = session.finish(wait=outcome.stop is not None)
+        outcome, fin = _in_session(sandbox, limits, check)
     except SandboxError as e:
         verdict["error"] = f"sandbox: {e}"
         verdict["isolation"] = list(sandbox.isolation)
