@@ -217,3 +217,14 @@ def test_checkpoint_names_of_one_step_are_one_row_in_step_order(tmp_path):
     lines = tables.render(tables.collect(str(root)), "csv").splitlines()
     assert lines == ["checkpoint,gsm8k accuracy,math500 accuracy", "jobs/grpo_step20,0.6000,", "jobs/grpo_step100,0.7000,",
                      "run/step9,0.1000,", "run/step_000020,0.2000,", "run/step100,0.5000,0.3000"]
+
+
+def test_two_spellings_of_one_step_with_different_scores_warn(tmp_path, capsys):
+    root = tmp_path / "evals"
+    put_summary(root, "run/step100/gsm8k", "/c", "gsm8k", {"accuracy": 0.5})
+    put_summary(root, "run/step_000100/gsm8k", "/c", "gsm8k", {"accuracy": 0.7})
+    lines = tables.render(tables.collect(str(root)), "csv").splitlines()
+    assert lines == ["checkpoint,gsm8k accuracy", "run/step100,0.5000"]
+    err = capsys.readouterr().err
+    assert "run/step100 and run/step_000100 are one checkpoint with different scores for gsm8k accuracy: run/step100's shown" in err
+    assert err.count("\n") == 1

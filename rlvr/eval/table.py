@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from rlvr.errors import BadInput, UsageError
+from rlvr.messages import warn
 from rlvr.records import atomic_write
 
 FORMATS = ("markdown", "csv")
@@ -312,8 +313,13 @@ def rows(scores: Iterable[Score], baseline: Baseline | None = None) -> tuple[lis
     for ck in sorted(table, key=step_sort_key):
         row = first.setdefault(checkpoint_key(ck) or ck, ck)
         if row != ck:
+            clash = []
             for col, v in table.pop(ck).items():
-                table[row].setdefault(col, v)
+                if table[row].setdefault(col, v) != v:
+                    clash.append(f"{col[0]} {col[1]}")
+            if clash:
+                warn(f"{row} and {ck} are one checkpoint with different scores for {', '.join(clash)}: "
+                     f"{row}'s shown")
     seen = {c for t in table.values() for c in t}
     base = baseline.scores if baseline is not None else {}
     # the baseline's columns first, in its order (those nobody measured left out), then the rest sorted
