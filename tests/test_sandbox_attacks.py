@@ -373,6 +373,45 @@ def test_fork_bomb():
     assert "uid" in v["isolation"]
 
 
+def _processes_of(uid: int) -> int:
+    n = 0
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/status") as fh:
+                n += any(line.startswith("Uid:") and int(line.split()[1]) == uid for line in fh)
+        except (OSError, ValueError):
+            pass
+    return n
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="the code runs under the caller's uid without root")
+def test_a_fork_bomb_in_one_sandbox_leaves_other_sandboxes_able_to_start_processes():
+    """RLIMIT_NPROC counts a uid's processes machine-wide: each server's checks run under a uid
+    of its own, so a check that fills its process limit does not stop the programs of other
+    servers (other pool workers, other verifier processes) from starting theirs."""
+    bomb_cfg = {**CFG, "timeout": 4.0, "wall_timeout": 4.0, "tmpfs_mb": 65}   # a server of its own
+    bomb = "import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(60)\n"
+    verdicts = []
+    t = threading.Thread(target=lambda: verdicts.append(code.verify(ADD, bomb, bomb_cfg)))
+    t.start()
+    sb = get_sandbox(SandboxConfig(tmpfs_mb=65))
+    guard = time.monotonic() + 120                  # a hang guard, not a timing assertion
+    while not (sb.uid is not None and _processes_of(sb.uid) >= Limits().nproc) and t.is_alive():
+        assert time.monotonic() < guard, "the fork bomb never filled its process limit"
+        time.sleep(0.05)
+    forks = "import os\ndef add(a, b):\n    pid = os.fork()\n    if pid == 0:\n        os._exit(0)\n" \
+            "    os.waitpid(pid, 0)\n    return a + b\n"
+    try:
+        v = code.verify(ADD, forks, CFG)
+    finally:
+        t.join()
+        uids = (get_sandbox(SandboxConfig()).uid, sb.uid)
+        sb.close()
+    assert v["status"] == "correct", v
+    assert verdicts and verdicts[0]["status"] == "timeout" and reward(verdicts[0]) == 0.0
+    assert uids[0] != uids[1] and min(uids) >= 1_900_000_000
+
+
 def test_stdout_flood_is_cut():
     for completion in ("import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n",
                        "import os\nwhile True:\n    os.write(2, b'y' * 65536)\n",

@@ -42,6 +42,10 @@ ZYGOTE_SRC_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygo
 MODES = ("auto", "bwrap", "process")
 START_TIMEOUT_S = 20.0
 CTL_TIMEOUT_S = 10.0
+# As root, each server's checks run under a uid of their own: UID_BASE + a free slot (_claim_uid),
+# far above the uids of accounts and of user-namespace ranges (subuid), below 2**31.
+UID_BASE = 1_900_000_000
+UID_SLOTS = 4096
 # Seconds the bubblewrap server spends emptying /tmp and /dev/shm after a check; a check that
 # left more (a million files) costs a fresh server (0.1-0.2 s) instead of the next check's time.
 WIPE_S = 1.0
@@ -163,6 +167,8 @@ class Sandbox:
         self._warned = False
         self._gone = False  # the server closed its end (it exits by itself, e.g. for a fresh tmpfs)
         self.uid: int | None = None
+        self._uid_lock: int | None = None  # the flock on this server's uid slot (_claim_uid)
+        self._uid_slot: int | None = None
         self.seq = 0  # checks started on this server
         self.replies: dict[tuple[str, int], dict] = {}  # control replies not yet claimed
 
@@ -183,11 +189,57 @@ class Sandbox:
             if pw.pw_uid == 0:
                 continue
             if name != self.config.user:
-                notes.append(f"uid: user {self.config.user!r} is missing, using {name!r} "
-                             "(shared with other processes of that user; create it with scripts/install.sh)")
-            return True, pw.pw_uid, pw.pw_gid, notes
+                notes.append(f"uid: user {self.config.user!r} is missing, using {name!r}'s group "
+                             "(create the user with scripts/install.sh)")
+            uid = self._claim_uid()
+            if uid is None:
+                notes.append(f"uid: no free sandbox uid slot, using {name!r}'s own (shared with other sandboxes)")
+                uid = pw.pw_uid
+            return True, uid, pw.pw_gid, notes
         raise SandboxError(f"running as root but neither {self.config.user!r} nor 'nobody' exists: "
                            "refusing to run untrusted code as root (create the user with scripts/install.sh)")
+
+    def _claim_uid(self) -> int | None:
+        """A uid of this server's own, UID_BASE + the first free slot (an flock held for the
+        server's life, released by close() or the process's end): RLIMIT_NPROC counts a uid's
+        processes machine-wide, so checks under one shared uid would share it, and a fork bomb
+        in one sandbox would starve every other sandbox on the machine (their programs could
+        not start a process); a kill(-1) would also reach them without a PID namespace.
+        The uid has no passwd entry and owns nothing outside the check's own folder."""
+        if self._uid_lock is not None:
+            return self._uid_slot
+        import fcntl
+
+        for folder in ("/run/lock", tempfile.gettempdir()):
+            lockdir = os.path.join(folder, "rlvr-sandbox-uids")
+            try:
+                os.makedirs(lockdir, mode=0o700, exist_ok=True)
+                if os.lstat(lockdir).st_uid != 0:
+                    continue
+            except OSError:
+                continue
+            for slot in range(UID_SLOTS):
+                try:
+                    fd = os.open(os.path.join(lockdir, str(slot)), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+                except OSError:
+                    continue
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    os.close(fd)
+                    continue
+                self._uid_lock, self._uid_slot = fd, UID_BASE + slot
+                return self._uid_slot
+            return None
+        return None
+
+    def _release_uid(self) -> None:
+        if self._uid_lock is not None:
+            try:
+                os.close(self._uid_lock)
+            except OSError:
+                pass
+            self._uid_lock = self._uid_slot = None
 
     def _python(self) -> tuple[str, list[str]]:
         exe = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
@@ -335,7 +387,7 @@ class Sandbox:
                 missing.append("signals: the code runs under your own uid outside a PID namespace, so it can "
                                "signal every process of yours (kill(-1) included), the verifier's too; install "
                                "bubblewrap or run as root")
-            else:
+            elif self._uid_slot is None:
                 missing.append("signals: checks running at the same time on other servers (other verifier "
                                "workers) share the sandbox uid, so one check's kill(-1) ends theirs (they are "
                                "graded as programs that exited) and can reach their working directories; "
@@ -366,6 +418,12 @@ class Sandbox:
         if self.pid != os.getpid():
             # A forked copy of this object: the server belongs to the parent. Forget it.
             self.proc, self.ctl, self.pid, self.workroot = None, None, os.getpid(), None
+            if self._uid_lock is not None:   # the parent's slot: its lock stays the parent's
+                try:
+                    os.close(self._uid_lock)
+                except OSError:
+                    pass
+                self._uid_lock = self._uid_slot = None
         if self.proc is not None and self.proc.poll() is None and self.ctl is not None:
             return
         self.close()
@@ -424,6 +482,8 @@ class Sandbox:
             except OSError:
                 pass
             self.workroot = None
+        if self.proc is None:
+            self._release_uid()
 
     # ------------------------------------------------------------------ control channel
 
