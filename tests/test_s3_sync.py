@@ -461,25 +461,39 @@ def test_watch_follows_changing_traces_and_exits_when_idle(s3env, bucket, tmp_pa
             if got not in versions:
                 bad_reads.append(got)
 
-    def wait_for(content, timeout=300):  # a guard against a hang, not a time limit
+    lines: list[str] = []
+
+    def trace_records() -> list[dict]:
+        return [a for a in records("".join(lines)) if a["dst"].endswith("20260125-a/traces/trace.jsonl")]
+
+    def wait_for(content, n, timeout=300):  # a guard against a hang, not a time limit
+        # the file in place and its download's record on stdout (written just after the rename)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and proc.poll() is None:
-            if local.exists() and local.read_bytes() == content:
+            if local.exists() and local.read_bytes() == content and len(trace_records()) >= n:
                 return True
             time.sleep(0.05)
         return local.exists() and local.read_bytes() == content
 
     th = threading.Thread(target=reader, daemon=True)
     th.start()
+    errs: list[str] = []
+    out_th = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+    err_th = threading.Thread(target=lambda: errs.append(proc.stderr.read()), daemon=True)
+    out_th.start()
+    err_th.start()
     try:
-        assert wait_for(versions[0]), "watch never fetched the first trace"
-        for v in versions[1:]:
+        assert wait_for(versions[0], 1), "watch never fetched the first trace"
+        for n, v in enumerate(versions[1:], 2):
             c.put_object(Bucket=bucket, Key="jobs/20260125-a/traces/trace.jsonl", Body=v)
-            assert wait_for(v), "watch missed a change"
+            assert wait_for(v, n), "watch missed a change"
         # Stopped by SIGTERM rather than --idle-exit: how long a loaded machine takes between two
         # changes must not decide the outcome. The idle exit is checked below, with no changes.
         proc.terminate()
-        out, err = proc.communicate(timeout=300)
+        proc.wait(timeout=300)
+        out_th.join(timeout=300)
+        err_th.join(timeout=300)
+        err = "".join(errs)
     finally:
         stop.set()
         if proc.poll() is None:
@@ -487,8 +501,7 @@ def test_watch_follows_changing_traces_and_exits_when_idle(s3env, bucket, tmp_pa
             proc.wait()
     assert proc.returncode == 130, err
     assert not bad_reads
-    trace_dl = [a for a in records(out) if a["dst"].endswith("20260125-a/traces/trace.jsonl")]
-    assert len(trace_dl) == 3
+    assert len(trace_records()) == 3
     assert (dest / "20260125-b/config.yaml").read_bytes() == b"lr: 2\n"
     assert not (dest / "20260124-c").exists()
     again = cli(args[:-2] + ["--idle-exit", "0"], s3env.env())  # a later cron run: nothing changed
