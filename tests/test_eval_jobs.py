@@ -335,6 +335,10 @@ def test_no_free_gpu_fails_and_usage_errors(tmp_path, monkeypatch):
     assert r.code == 2 and "do not go together" in r.stderr
     r = invoke("rlvr-eval", ["x", str(tmp_path / "o"), "-b", "toy", "--range", "0:1"])
     assert r.code == 2 and "--range goes with --jobs" in r.stderr
+    # what lm-eval's own template cannot honour is refused before any unit starts, in a sweep too
+    for extra in (["--pass-at-k", "4"], ["--chat-template", "tulu_thinker_r1_style"]):
+        r = invoke("rlvr-eval", ["--jobs", str(jobs), str(tmp_path / "o"), "-b", "gsm8k", "--harness", "lm-eval", *extra])
+        assert r.code == 2 and "no --pass-at-k or --chat-template" in r.stderr and not (tmp_path / "o").exists()
     # a mistyped --source or RLVR_DATA_DIR: one line before any child starts (nothing written)
     r = invoke("rlvr-eval", ["--jobs", str(jobs), str(tmp_path / "o"), "-b", "gsm8k:1", "--source",
                              f"gsm8k={tmp_path}/data/tset.jsonl"])

