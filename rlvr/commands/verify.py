@@ -38,7 +38,7 @@ HELP = with_examples(
 
     Answer-only judging, for every verifier alike: a completion that reasons first
     (<think> ... </think>, then the answer) is judged on the text after its last
-    </think>; one whose thinking never closes gets the status unfinished_thinking (reward
+    </think>, up to any <think> opened after it; one whose thinking never closes gets the status unfinished_thinking (reward
     from the table, 0 by default) and reaches no verifier. A record with "thinking": true
     (rlvr-data --thinking) must close its thinking; "thinking": false judges the whole
     text; without the field the text decides (a </think> splits it, an unclosed <think>

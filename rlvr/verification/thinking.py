@@ -18,12 +18,13 @@ The rule for a record (``mode``; the record's ``thinking`` field, which ``rlvr-d
   marker; with no close marker the thinking never closed (``unfinished_thinking``), also
   when no open marker appears (templates such as DeepSeek-R1's open the block in the prompt).
 - ``False``: the whole completion is the answer; markers mean nothing.
-  A thinking block opened after the last close marker never closed: the answer is the
-  text before it (``unfinished_thinking`` when there is none), so a second answer written
-  in it (``</think>7<think>or 8``, ``</think><think>8``) is never judged.
 - ``None`` (no ``thinking`` field, no override): decided by the text. A close marker: the
   answer follows the last one; an open marker that never closes: ``unfinished_thinking``;
   no marker: the whole completion is the answer.
+
+With ``True`` and ``None`` alike, a thinking block opened after the last close marker never
+closed: the answer is the text before it (``unfinished_thinking`` when there is none), so a
+second answer written in it (``</think>7<think>or 8``, ``</think><think>8``) is never judged.
 
 The markers default to ``<think>`` and ``</think>`` (Qwen3, DeepSeek-R1, OLMo 3 Think) and
 are configurable (``--think-markers OPEN CLOSE``, ``verify.think_markers``). A verdict of a
