@@ -132,6 +132,16 @@ def resume_point(done: list[dict], todo: list[dict], path: str, sampling: dict |
     return len(done)
 
 
+def _template_text(path: str | None) -> str | None:
+    """A template file's text, or None (none given, or unreadable: the prompts report that)."""
+    from rlvr.data.templates import read_template
+
+    try:
+        return read_template(path) if path else None
+    except ValueError:
+        return None
+
+
 class Prompter:
     """Record -> prompt token ids, with the chat-template rule, the chat options (the
     settings', else the record's) and the length limit."""
@@ -365,7 +375,7 @@ def run(records: list[dict], settings: RolloutSettings, writer: RecordWriter, *,
         prompter = Prompter(engine.tokenizer, settings.chat_template, limit, settings)
         # a chat prompt's completion also ends at the template's end-of-turn token (<|im_end|>),
         # which a base model's EOS (<|endoftext|>) is not: as in rlvr-train's rollouts
-        eot = tuple(end_of_turn_ids(engine.tokenizer))
+        eot = tuple(end_of_turn_ids(engine.tokenizer, _template_text(settings.template_file)))
         want_ids = settings.token_ids or sampling.logprobs
         ready: dict[int, dict] = {}
         seeds: dict[int, int | None] = {}

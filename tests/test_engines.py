@@ -424,6 +424,10 @@ def test_chat_prompts_stop_at_the_templates_end_of_turn(vllm_engine, hf_engine, 
     plain = copy.deepcopy(tok)
     plain.chat_template = None
     assert end_of_turn_ids(plain) == []
+    assert end_of_turn_ids(plain, tok.chat_template) == [im_end]   # the template the prompts use, given
+    from rlvr.data.templates import read_template
+
+    assert im_end not in end_of_turn_ids(tok, read_template("tulu_thinker_r1_style"))   # never <|im_end|> there
     chat_eos = copy.deepcopy(tok)
     chat_eos.eos_token = "<|im_end|>"                       # an instruct model: its EOS already ends turns
     assert end_of_turn_ids(chat_eos) == []

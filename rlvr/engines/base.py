@@ -541,19 +541,22 @@ def encode_prompt(tokenizer: Any, prompt: str | list[dict], chat_template: bool,
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def end_of_turn_ids(tokenizer: Any) -> list[int]:
+def end_of_turn_ids(tokenizer: Any, template: str | None = None) -> list[int]:
     """The special token a chat template closes an assistant turn with, when it is not the
     tokenizer's end-of-sequence token: <|im_end|> for ChatML (Qwen's base models end text
     with <|endoftext|>), <|eot_id|> for Llama 3, <end_of_turn> for Gemma. A prompt built with
     the template must stop there too, or a base model generates past the turn until
     max_tokens. Found by rendering a one-exchange conversation and reading the first token
-    after the assistant's text; [] without a chat template or when that token is the EOS."""
-    if not getattr(tokenizer, "chat_template", None):
+    after the assistant's text; [] without a chat template or when that token is the EOS.
+    template: the template the prompts are rendered with, when it is not the tokenizer's own
+    (a template file)."""
+    if not template and not getattr(tokenizer, "chat_template", None):
         return []
     marker = "rlvr-end-of-turn-probe"
+    kw = {"chat_template": template} if template else {}
     try:
         text = tokenizer.apply_chat_template([{"role": "user", "content": "hi"},
-                                              {"role": "assistant", "content": marker}], tokenize=False)
+                                              {"role": "assistant", "content": marker}], tokenize=False, **kw)
     except Exception:  # noqa: BLE001 - a template that needs other roles or fields: nothing to add
         return []
     i = text.rfind(marker)
