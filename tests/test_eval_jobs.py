@@ -335,6 +335,8 @@ def test_no_free_gpu_fails_and_usage_errors(tmp_path, monkeypatch):
     assert r.code == 2 and "do not go together" in r.stderr
     r = invoke("rlvr-eval", ["x", str(tmp_path / "o"), "-b", "toy", "--range", "0:1"])
     assert r.code == 2 and "--range goes with --jobs" in r.stderr
+    r = invoke("rlvr-eval", ["--jobs", str(jobs), str(tmp_path / "o"), "-b", "gsm8k:1", "--max-tokens", "gsm8k_cto=64"])
+    assert r.code == 2 and "gsm8k_cto is not among the benchmarks" in r.stderr and not (tmp_path / "o").exists()
     # what lm-eval's own template cannot honour is refused before any unit starts, in a sweep too
     for extra in (["--pass-at-k", "4"], ["--chat-template", "tulu_thinker_r1_style"]):
         r = invoke("rlvr-eval", ["--jobs", str(jobs), str(tmp_path / "o"), "-b", "gsm8k", "--harness", "lm-eval", *extra])

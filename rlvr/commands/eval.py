@@ -217,6 +217,11 @@ def cmd(paths, benchmarks, shots, harness, harness_python, model_args, tensor_pa
     if baseline is not None:
         raise click.UsageError("--baseline goes with --table")
     max_tokens, max_tokens_by = _lengths(max_tokens)
+    named = {b.partition(":")[0] for b in benchmarks}
+    stray = sorted(set(max_tokens_by) - named) if benchmarks else []
+    if stray:
+        raise click.BadParameter(f"{stray[0]}=...: {stray[0]} is not among the benchmarks (-b {','.join(benchmarks)})",
+                                 param_hint="--max-tokens")
     if harness == "lm-eval" and (max_tokens is not None or max_tokens_by):
         raise click.UsageError("--max-tokens goes with rlvr's harness (lm-eval runs each task's own length)")
     if harness == "lm-eval" and (pass_at_k is not None or chat_template is not None):
