@@ -831,6 +831,7 @@ def test_job_sync_tries_failed_uploads_again_and_forgets_what_was_mended(s3env, 
 
         wait_for("the checkpoint, tried again", lambda: there("x/job/run_step1/trainer_state.pt") == b"state")
         wait_for("the trace, tried again", lambda: there("x/job/traces/trace.jsonl") == b'{"step": 1}\n')
+        wait_for("the deleted checkpoint, let go", lambda: any("step_000002 was deleted" in m for m in said))
     finally:
         failed = sync.finish(timeout=120, final=False)
     assert failed == []
