@@ -464,7 +464,8 @@ class Distiller:
 
 def _within(row: tuple, vocab: int) -> tuple:
     """A completion's teacher rows with ids the policy has no row for (a teacher's larger padded
-    embedding) dropped: id 0 with log-prob -inf, which the loss counts as probability 0."""
+    embedding) marked as no entry: id 0 (a row the policy has) with log-prob -inf, which the
+    loss (rlvr.losses.distill_loss) leaves out, as if the teacher had not returned them."""
     import numpy as np
 
     ids, lps, tok = row
