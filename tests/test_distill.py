@@ -187,6 +187,25 @@ def test_template_placeholders_are_checked():
         template_fields("{question")
 
 
+def test_a_template_is_parsed_once_however_many_completions_it_renders(monkeypatch):
+    import string
+
+    from rlvr.train import distill
+
+    calls = []
+    parse = string.Formatter.parse
+    monkeypatch.setattr(string.Formatter, "parse", lambda self, t: calls.append(t) or parse(self, t))
+    template = "Q: {question} {{braces}} {answer}{feedback}!"
+    rec = {"id": "r1", "question": "What is {x}?", "answer": "7"}
+    got = [render(template, rec, {"status": "wrong", "extracted": str(i)}) for i in range(50)]
+    assert got[3] == "Q: What is {x}? {braces} 7The final answer 3 is wrong.!"
+    assert got == [template.format(question=rec["question"], answer="7",
+                                   feedback=f"The final answer {i} is wrong.") for i in range(50)]
+    assert len(calls) <= 1 and distill._parsed.cache_info().hits >= 49
+    with pytest.raises(ConfigError, match="has no text for"):
+        render(template, {"id": "r2", "question": "q"}, None)
+
+
 def test_feedback_names_what_the_verifier_found_wrong():
     rec = {"id": "if/1", "verifier": "if_multi", "instruction_id_list": ["punctuation:no_comma", "change_case:english_lowercase"],
            "kwargs": [{}, {}], "question": "Write a poem."}

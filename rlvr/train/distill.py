@@ -33,6 +33,7 @@ left out (distill/skipped_too_long).
 
 from __future__ import annotations
 
+import functools
 import string
 import time
 
@@ -56,20 +57,25 @@ def uses_question(cfg) -> bool:
 
 def template_fields(template: str) -> set[str]:
     """The placeholders of a teacher template; ConfigError for a malformed one or an unknown name."""
+    return {name for _, name in _parsed(template) if name is not None}
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(template: str) -> tuple[tuple[str, str | None], ...]:
+    """A teacher template as (literal text, placeholder name or None) pieces, parsed and
+    checked once per template (a step renders it for every completion)."""
     try:
         parsed = list(string.Formatter().parse(template))
     except ValueError as e:
         raise ConfigError(f"teacher.template: {e} (literal braces are doubled: {{{{ and }}}})") from None
-    names = set()
-    for _, name, spec, conv in parsed:
-        if name is None:
-            continue
-        if name not in FIELDS or spec or conv:
+    pieces = []
+    for literal, name, spec, conv in parsed:
+        if name is not None and (name not in FIELDS or spec or conv):
             shown = "{" + name + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "") + "}"
             raise ConfigError(f"teacher.template: unknown placeholder {shown} (known: "
                               f"{', '.join('{' + f + '}' for f in FIELDS)}; literal braces are doubled)")
-        names.add(name)
-    return names
+        pieces.append((literal, name))
+    return tuple(pieces)
 
 
 def check_config(cfg) -> list[str]:
@@ -187,17 +193,13 @@ def feedback(rec: dict, verdict: dict | None) -> str:
 
 def render(template: str, rec: dict, verdict: dict | None) -> str:
     """The teacher's prompt text for one completion of `rec` (see the module)."""
+    pieces = _parsed(template)
     values = {}
-    for name in template_fields(template):
-        if name == "feedback":
-            values[name] = feedback(rec, verdict)
-        elif name == "prompt":
-            values[name] = rec.get("prompt")
-        else:
-            values[name] = rec.get(name)
+    for name in {name for _, name in pieces if name is not None}:
+        values[name] = feedback(rec, verdict) if name == "feedback" else rec.get(name)
         if not isinstance(values[name], str):
             raise _no_text(name, rec)
-    return template.format_map(values)
+    return "".join(literal + (values[name] if name is not None else "") for literal, name in pieces)
 
 
 def _no_text(name: str, rec: dict) -> ConfigError:
