@@ -337,6 +337,64 @@ def test_out_of_vocabulary_teacher_entries_weigh_as_if_removed(loss, beta, aggre
     assert torch.allclose(grad, want_grad, rtol=1e-4, atol=1e-7)
 
 
+def test_the_teachers_scores_are_gathered_together_and_kept_in_order(monkeypatch):
+    """Every teacher engine's scoring call goes out before any is waited for, the calls are
+    waited for together (one limit for all), and each completion's rows come back in the
+    items' order; an engine that gives no answer is replaced and its share sent again."""
+    from types import SimpleNamespace
+
+    import ray
+
+    from rlvr.engines.base import TopK
+    from rlvr.train.distill import Distiller
+
+    events, restarted = [], []
+
+    class Ref:
+        def __init__(self, e, prompts, hung):
+            self.e, self.prompts, self.hung = e, prompts, hung
+
+    class Engine:
+        def __init__(self, e, hung=False):
+            self.e, self.hung = e, hung
+            self.score = SimpleNamespace(remote=self.remote)
+
+        def remote(self, prompts, comps, k):
+            events.append(("send", self.e))
+            return Ref(self.e, prompts, self.hung)
+
+    def wait(refs, num_returns, timeout):
+        events.append(("wait", sorted(r.e for r in refs)))
+        assert num_returns == len(refs) and timeout == 30.0
+        return [r for r in refs if not r.hung], [r for r in refs if r.hung]
+
+    def get(ref, timeout=None):
+        assert not isinstance(ref, list) and not ref.hung
+        # a row per completion whose ids name the prompt it was given (prompt i is [i])
+        return TopK.join([(np.full((2, 1), p[0], np.int32), np.zeros((2, 1), np.float32), np.zeros(2, np.float32))
+                          for p in ref.prompts], 1, version=ref.e)
+
+    monkeypatch.setattr(ray, "wait", wait)
+    monkeypatch.setattr(ray, "get", get)
+    d = Distiller.__new__(Distiller)
+    d.self_teacher, d.open = False, {}
+    d.cfg = SimpleNamespace(sync=SimpleNamespace(generate_timeout_s=30.0))
+    d.te = SimpleNamespace(top_k=1)
+    d.actors = [Engine(0), Engine(1, hung=True), Engine(2)]
+
+    def restart(run, e, why):
+        restarted.append((e, why))
+        d.actors[e] = Engine(e)
+
+    d._restart = restart
+    prompts = [[i] for i in range(8)]
+    rows, versions = d._score(SimpleNamespace(), prompts, [[1, 2]] * 8, 0)
+    assert [int(r[0][0, 0]) for r in rows] == list(range(8))        # in the items' order
+    assert events[:4] == [("send", 0), ("send", 1), ("send", 2), ("wait", [0, 1, 2])]
+    assert restarted == [(1, "gave no scores in 30s")] and events[4:] == [("send", 1), ("wait", [1])]
+    assert sorted(versions) == [0, 1, 2]
+
+
 def test_the_teacher_is_checked_before_anything_starts(tiny_model_dir, tmp_path):
     from types import SimpleNamespace
 

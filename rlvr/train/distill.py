@@ -415,16 +415,20 @@ class Distiller:
         versions = []
         while shares:
             actors = run.engines if self.self_teacher else self.actors
-            refs = {e: actors[e].score.remote([prompts[i] for i in idx], [comps[i] for i in idx], self.te.top_k)
+            sent = {e: actors[e] for e in shares}
+            refs = {e: sent[e].score.remote([prompts[i] for i in idx], [comps[i] for i in idx], self.te.top_k)
                     for e, idx in shares.items()}
-            self.open = {ref: actors[e] for e, ref in refs.items()}
+            self.open = {ref: sent[e] for e, ref in refs.items()}
+            # every engine's call is out: wait for them together, within one limit
+            done, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=limit)
+            done = set(done)
             failed = {}
             for e, ref in refs.items():
-                try:
-                    topk = ray.get(ref, timeout=limit)
-                except ray.exceptions.GetTimeoutError:
+                if ref not in done:
                     failed[e] = f"gave no scores in {limit:.0f}s"
                     continue
+                try:
+                    topk = ray.get(ref)
                 except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as ex:
                     failed[e] = f"failed ({type(ex).__name__})"
                     continue
@@ -436,7 +440,8 @@ class Distiller:
                 for j, i in enumerate(shares[e]):
                     rows[i] = topk.rows(j)
             for e, why in failed.items():
-                self._restart(run, e, why)
+                if actors[e] is sent[e]:   # else already replaced (a restart found it hung too): resend
+                    self._restart(run, e, why)
             self.open = {}
             shares = {e: shares[e] for e in failed}
         return rows, versions
