@@ -806,15 +806,20 @@ class Run:
         import ray
 
         restarted: list[int] = []
+        starting: list = []   # the new actors' first calls: they load while the others drain
         todo = dict(why)
         limit = self.cfg.sync.generate_timeout_s
         while todo:
-            self._replace_engines(todo)
+            starting += self._replace_engines(todo)
             restarted += sorted(todo)
             todo = {}
             if self.weight_sync.blocking:
                 todo = {e: f"did not finish its queued calls in {limit:.0f}s (hung?)"
                         for e in self._drain(set(restarted))}
+        nodes = self._startup(starting, f"restarting engine{'s' if len(restarted) > 1 else ''} "
+                              f"{', '.join(map(str, restarted))}", [f"engine {e}" for e in restarted])
+        for e, where in zip(restarted, nodes):
+            self.where[id(self.engines[e])] = where
         if self.weight_sync.blocking and self.synced_version:
             # a broadcast sends the trainer's current weights to every engine (with sync.every_steps
             # k > 1 those may be newer than the last synced version: fresher, within the bound)
@@ -832,9 +837,10 @@ class Run:
         for e in restarted:
             self.last_done[e] = now
 
-    def _replace_engines(self, why: dict) -> None:
-        """Kill the engines in `why` and start new ones from the base model (a resumed run's
-        checkpoint folder may since have been pruned); they start together."""
+    def _replace_engines(self, why: dict) -> list:
+        """Kill the engines in `why` and make new ones from the base model (a resumed run's
+        checkpoint folder may since have been pruned). Returns their first calls (where each
+        runs), in index order, for the caller to wait on."""
         from rlvr.train.actors import retire
 
         for e, reason in sorted(why.items()):
@@ -846,12 +852,7 @@ class Run:
             retire(old, self.where.pop(id(old), None))   # with vLLM's engine-core process, which may hold the GPU
             self.pending_syncs.pop(e, None)  # died with the old actor; the new one is synced after
             self.engines[e] = self._new_engine(self.base)
-        es = sorted(why)
-        nodes = self._startup([self.engines[e].node.remote() for e in es],
-                              f"restarting engine{'s' if len(es) > 1 else ''} {', '.join(map(str, es))}",
-                              [f"engine {e}" for e in es])
-        for e, where in zip(es, nodes):
-            self.where[id(self.engines[e])] = where
+        return [self.engines[e].node.remote() for e in sorted(why)]
 
     def _collect(self, rnd: Round, traces, step: int) -> list[Group]:
         """Wait for a round's chunks; requeue those of engines that died or hung. Returns the
