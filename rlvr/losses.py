@@ -68,8 +68,13 @@ def distill_loss(logp: torch.Tensor, mask: torch.Tensor, tokens_total: float, pa
 
     payload: target_logprobs [N, L, K] (the policy's log-probs, at `temperature`, of the
     teacher's top-k ids, with their graph), teacher_logprobs [N, L, K] (the teacher's own
-    log-probs of them, at temperature 1, as engines report them; -inf: no entry) and
-    teacher_token_logprobs [N, L] (the teacher's log-prob of the completion's own token).
+    log-probs of them, at temperature 1, as engines report them; -inf: no entry, e.g. an id
+    the policy has no row for) and teacher_token_logprobs [N, L] (the teacher's log-prob of
+    the completion's own token).
+
+    An entry with teacher log-prob -inf (or NaN) is left out of the loss: the sums below run
+    over the remaining entries and q is renormalised over them, so the loss equals the loss
+    with those entries removed, whatever the divergence (a position with no entry left adds 0).
 
     The teacher's distribution is its top-k renormalised at the temperature,
     q_k = softmax_k(teacher_logprobs / temperature) (exact: the normaliser cancels); the
@@ -92,17 +97,23 @@ def distill_loss(logp: torch.Tensor, mask: torch.Tensor, tokens_total: float, pa
         raise ValueError(f"unknown aggregate {aggregate!r} ({', '.join(AGGREGATES)})")
     mask = mask.to(logp.dtype)                                                   # [N, L]
     s_log = payload["target_logprobs"].float()                                   # [N, L, K]
-    t_raw = payload["teacher_logprobs"].to(s_log.device, torch.float32).clamp(min=_FLOOR)  # [N, L, K]
-    q_log = torch.log_softmax(t_raw / temperature, dim=-1)                       # [N, L, K]
-    q = q_log.exp()
-    kl = (q * (q_log - s_log)).sum(-1)                                           # [N, L]
+    t_in = payload["teacher_logprobs"].to(s_log.device, torch.float32)           # [N, L, K]
+    valid = t_in > float("-inf")                                                 # [N, L, K]: False at -inf, NaN
+    t_raw = torch.where(valid, t_in.clamp(min=_FLOOR), 0.0)                      # [N, L, K]
+    # q over the valid entries only (a row with none: all zeros); q_log 0 where left out
+    q_log = torch.log_softmax(torch.where(valid, t_raw / temperature, float("-inf")), dim=-1)
+    q_log = torch.where(valid, q_log, 0.0)                                       # [N, L, K]
+    q = torch.where(valid, q_log.exp(), 0.0)
+    s_in = torch.where(valid, s_log, 0.0)                                        # the student's, where kept
+    kl = (q * (q_log - s_in)).sum(-1)                                            # [N, L]
     per_token = kl
     jsd = None
     if loss == "jsd":
         if not 0.0 < beta < 1.0:
             raise ValueError(f"jsd beta must be in (0, 1), got {beta}")
-        m_log = torch.logaddexp(q_log + math.log(beta), s_log + math.log1p(-beta))   # [N, L, K]
-        jsd = (beta * q * (q_log - m_log) + (1.0 - beta) * s_log.exp() * (s_log - m_log)).sum(-1)  # [N, L]
+        m_log = torch.logaddexp(q_log + math.log(beta), s_in + math.log1p(-beta))   # [N, L, K]
+        terms = beta * q * (q_log - m_log) + (1.0 - beta) * s_in.exp() * (s_in - m_log)
+        jsd = torch.where(valid, terms, 0.0).sum(-1)                             # [N, L]
         per_token = jsd
     tokens = max(float(tokens_total), 1.0)
     if aggregate == "sequence":
@@ -115,7 +126,7 @@ def distill_loss(logp: torch.Tensor, mask: torch.Tensor, tokens_total: float, pa
         metrics = {"loss/distill": float(value.detach()), "distill/kl": mean(kl),
                    "distill/student_logprob": mean(logp),
                    "distill/teacher_logprob": mean(payload["teacher_token_logprobs"].to(mask.device).clamp(min=_FLOOR)),
-                   "distill/teacher_topk_mass": mean(t_raw.exp().sum(-1))}
+                   "distill/teacher_topk_mass": mean(torch.where(valid, t_raw.exp(), 0.0).sum(-1))}
         if jsd is not None:
             metrics["distill/jsd"] = mean(jsd)
     return value, metrics

@@ -28,8 +28,8 @@ def payload(teacher, student, tokens=None):
             "teacher_token_logprobs": torch.tensor(tokens) if tokens is not None else t[..., 0]}
 
 
-# one sequence, two positions, the teacher's top 2: q = (0.75, 0.25) renormalised, then (1, 0)
-# (its second entry -inf: a teacher that had no more), the student's p at the same ids
+# one sequence, two positions, the teacher's top 2: q = (0.75, 0.25) renormalised, then (1,)
+# (its second entry -inf: a teacher that had no more, left out), the student's p at the same ids
 TEACHER = [[[LN(0.6), LN(0.2)], [LN(0.5), -math.inf]]]
 STUDENT = [[[LN(0.3), LN(0.1)], [LN(0.25), LN(0.5)]]]
 
@@ -40,11 +40,11 @@ def kl_by_hand():
 
 def jsd_by_hand(beta):
     out = []
-    for q, p in (((0.75, 0.25), (0.3, 0.1)), ((1.0, 0.0), (0.25, 0.5))):
+    for q, p in (((0.75, 0.25), (0.3, 0.1)), ((1.0,), (0.25,))):
         v = 0.0
         for qk, pk in zip(q, p):
             m = beta * qk + (1 - beta) * pk
-            v += (beta * qk * LN(qk / m) if qk else 0.0) + (1 - beta) * pk * LN(pk / m)
+            v += beta * qk * LN(qk / m) + (1 - beta) * pk * LN(pk / m)
         out.append(v)
     return out
 
@@ -187,6 +187,25 @@ def test_template_placeholders_are_checked():
         template_fields("{question")
 
 
+def test_a_template_is_parsed_once_however_many_completions_it_renders(monkeypatch):
+    import string
+
+    from rlvr.train import distill
+
+    calls = []
+    parse = string.Formatter.parse
+    monkeypatch.setattr(string.Formatter, "parse", lambda self, t: calls.append(t) or parse(self, t))
+    template = "Q: {question} {{braces}} {answer}{feedback}!"
+    rec = {"id": "r1", "question": "What is {x}?", "answer": "7"}
+    got = [render(template, rec, {"status": "wrong", "extracted": str(i)}) for i in range(50)]
+    assert got[3] == "Q: What is {x}? {braces} 7The final answer 3 is wrong.!"
+    assert got == [template.format(question=rec["question"], answer="7",
+                                   feedback=f"The final answer {i} is wrong.") for i in range(50)]
+    assert len(calls) <= 1 and distill._parsed.cache_info().hits >= 49
+    with pytest.raises(ConfigError, match="has no text for"):
+        render(template, {"id": "r2", "question": "q"}, None)
+
+
 def test_feedback_names_what_the_verifier_found_wrong():
     rec = {"id": "if/1", "verifier": "if_multi", "instruction_id_list": ["punctuation:no_comma", "change_case:english_lowercase"],
            "kwargs": [{}, {}], "question": "Write a poem."}
@@ -239,7 +258,7 @@ def test_config_warnings_and_the_plain_modes():
     check(cfg_with("train.distill.weight=0.1", "teacher.model=policy", "teacher.template='{question} ({answer})'"))
 
 
-def test_teacher_ids_the_policy_has_no_row_for_count_as_probability_0():
+def test_teacher_ids_the_policy_has_no_row_for_are_left_out_of_the_loss():
     from rlvr.train.distill import _within
 
     ids = np.array([[3, 600], [700, 1]], dtype=np.int32)
@@ -248,12 +267,132 @@ def test_teacher_ids_the_policy_has_no_row_for_count_as_probability_0():
     got_ids, got_lps, _ = _within((ids, lps, tok), vocab=512)
     assert got_ids.tolist() == [[3, 0], [0, 1]] and np.isneginf(got_lps[0, 1]) and np.isneginf(got_lps[1, 0])
     assert _within((ids, lps, tok), vocab=1000)[0] is ids
-    # in the loss such an entry is no part of the teacher's renormalised top-k
+    # in the loss such an entry is no part of the teacher's renormalised top-k (nor of the sums)
     _, m = distill_loss(torch.zeros(1, 1), torch.ones(1, 1), 1,
                         {"teacher_logprobs": torch.tensor([[[LN(0.5), -math.inf]]]),
                          "target_logprobs": torch.tensor([[[LN(0.25), LN(0.5)]]]),
                          "teacher_token_logprobs": torch.zeros(1, 1)}, 1, loss="kl")
     assert m["distill/kl"] == pytest.approx(LN(4), rel=1e-5)
+    # a position with no entry left adds 0 (no NaN in the loss or its gradient)
+    s_log = torch.tensor([[[LN(0.25), LN(0.5)], [LN(0.1), LN(0.2)]]], requires_grad=True)
+    for loss in ("kl", "jsd"):
+        out, m = distill_loss(torch.zeros(1, 2), torch.ones(1, 2), 2,
+                              {"teacher_logprobs": torch.tensor([[[LN(0.5), -math.inf], [-math.inf, -math.inf]]]),
+                               "target_logprobs": s_log, "teacher_token_logprobs": torch.zeros(1, 2)}, 1, loss=loss)
+        (grad,) = torch.autograd.grad(out, s_log)
+        assert math.isfinite(out.item()) and bool(torch.isfinite(grad).all()) and bool((grad[0, 1] == 0).all())
+        assert m["distill/kl"] == pytest.approx(LN(4) / 2, rel=1e-5)
+
+
+@pytest.mark.parametrize("loss,beta", [("kl", 0.5), ("jsd", 0.1), ("jsd", 0.5), ("jsd", 0.9)])
+@pytest.mark.parametrize("aggregate", ["sequence", "token"])
+def test_out_of_vocabulary_teacher_entries_weigh_as_if_removed(loss, beta, aggregate):
+    """A teacher with a larger (padded) vocabulary: its top-k ids past the policy's rows become
+    id 0 with log-prob -inf (_within), and the loss and its gradient are those of the same
+    top-k with those entries removed, under every divergence (jsd_beta near 1 is near the
+    reverse KL), whether or not the policy's id 0 is also a real entry."""
+    from rlvr.train.distill import _within
+
+    vocab, k = 50, 5
+    g = torch.Generator().manual_seed(7)
+    lengths = (3, 2)
+    z = torch.randn(len(lengths), 3, vocab, generator=g, requires_grad=True)    # the policy's logits
+    ids = torch.randint(1, vocab, (len(lengths), 3, k), generator=g)
+    ids[0, 0, 0] = 0                                   # the policy's id 0 as a real entry beside OOV ones
+    oov = torch.zeros_like(ids, dtype=torch.bool)
+    oov[0, 0, 1], oov[0, 1, 3:], oov[1, 0, 0], oov[1, 1, 4] = True, True, True, True
+    ids = torch.where(oov, vocab + torch.arange(k), ids)          # past the policy's rows
+    t_lps = torch.log_softmax(torch.randn(len(lengths), 3, k, generator=g) * 2, -1) - 0.3
+    rows = [_within((ids[i].numpy().astype(np.int32), t_lps[i].numpy(), np.zeros(3, np.float32)), vocab)
+            for i in range(len(lengths))]
+    kept_ids = torch.stack([torch.as_tensor(r[0]).long() for r in rows])
+    teacher = torch.stack([torch.as_tensor(r[1]) for r in rows])
+    assert bool((kept_ids[oov] == 0).all()) and bool(torch.isneginf(teacher[oov]).all())
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    opts = {"loss": loss, "beta": beta, "temperature": 0.7, "aggregate": aggregate}
+
+    def policy_logprobs(i, j, cols):
+        return torch.log_softmax(z[i, j] / 0.7, -1)[kept_ids[i, j, cols]]
+
+    whole, m = distill_loss(torch.zeros(2, 3), mask, 5, {
+        "teacher_logprobs": teacher,
+        "target_logprobs": torch.stack([torch.stack([policy_logprobs(i, j, slice(None)) for j in range(3)])
+                                        for i in range(2)]),
+        "teacher_token_logprobs": torch.zeros(2, 3)}, 2, **opts)
+    (grad,) = torch.autograd.grad(whole, z)
+    assert math.isfinite(whole.item()) and all(math.isfinite(v) for v in m.values())
+
+    # the same top-k with the OOV entries removed, one position at a time (K differs per position)
+    per = torch.zeros(2, 3)
+    for i, n in enumerate(lengths):
+        for j in range(n):
+            cols = (~oov[i, j]).nonzero().flatten()
+            per[i, j] = distill_loss(torch.zeros(1, 1), torch.ones(1, 1), 1, {
+                "teacher_logprobs": t_lps[i, j, cols][None, None],
+                "target_logprobs": policy_logprobs(i, j, cols)[None, None],
+                "teacher_token_logprobs": torch.zeros(1, 1)}, 1, **opts)[0]
+    want = (per.sum(1) / mask.sum(1)).mean() if aggregate == "sequence" else per.sum() / 5
+    (want_grad,) = torch.autograd.grad(want, z)
+    assert whole.item() == pytest.approx(want.item(), rel=1e-5, abs=1e-7)
+    assert torch.allclose(grad, want_grad, rtol=1e-4, atol=1e-7)
+
+
+def test_the_teachers_scores_are_gathered_together_and_kept_in_order(monkeypatch):
+    """Every teacher engine's scoring call goes out before any is waited for, the calls are
+    waited for together (one limit for all), and each completion's rows come back in the
+    items' order; an engine that gives no answer is replaced and its share sent again."""
+    from types import SimpleNamespace
+
+    import ray
+
+    from rlvr.engines.base import TopK
+    from rlvr.train.distill import Distiller
+
+    events, restarted = [], []
+
+    class Ref:
+        def __init__(self, e, prompts, hung):
+            self.e, self.prompts, self.hung = e, prompts, hung
+
+    class Engine:
+        def __init__(self, e, hung=False):
+            self.e, self.hung = e, hung
+            self.score = SimpleNamespace(remote=self.remote)
+
+        def remote(self, prompts, comps, k):
+            events.append(("send", self.e))
+            return Ref(self.e, prompts, self.hung)
+
+    def wait(refs, num_returns, timeout):
+        events.append(("wait", sorted(r.e for r in refs)))
+        assert num_returns == len(refs) and timeout == 30.0
+        return [r for r in refs if not r.hung], [r for r in refs if r.hung]
+
+    def get(ref, timeout=None):
+        assert not isinstance(ref, list) and not ref.hung
+        # a row per completion whose ids name the prompt it was given (prompt i is [i])
+        return TopK.join([(np.full((2, 1), p[0], np.int32), np.zeros((2, 1), np.float32), np.zeros(2, np.float32))
+                          for p in ref.prompts], 1, version=ref.e)
+
+    monkeypatch.setattr(ray, "wait", wait)
+    monkeypatch.setattr(ray, "get", get)
+    d = Distiller.__new__(Distiller)
+    d.self_teacher, d.open = False, {}
+    d.cfg = SimpleNamespace(sync=SimpleNamespace(generate_timeout_s=30.0))
+    d.te = SimpleNamespace(top_k=1)
+    d.actors = [Engine(0), Engine(1, hung=True), Engine(2)]
+
+    def restart(run, e, why):
+        restarted.append((e, why))
+        d.actors[e] = Engine(e)
+
+    d._restart = restart
+    prompts = [[i] for i in range(8)]
+    rows, versions = d._score(SimpleNamespace(), prompts, [[1, 2]] * 8, 0)
+    assert [int(r[0][0, 0]) for r in rows] == list(range(8))        # in the items' order
+    assert events[:4] == [("send", 0), ("send", 1), ("send", 2), ("wait", [0, 1, 2])]
+    assert restarted == [(1, "gave no scores in 30s")] and events[4:] == [("send", 1), ("wait", [1])]
+    assert sorted(versions) == [0, 1, 2]
 
 
 def test_the_teacher_is_checked_before_anything_starts(tiny_model_dir, tmp_path):

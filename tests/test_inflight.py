@@ -156,3 +156,39 @@ def test_server_shares_one_batch_between_calls_and_applies_updates_from_other_th
         server.close()
         vllm_engine.update_weights(tiny_model_dir, version=None)
     assert vllm_engine.health()["ok"]
+
+
+def test_actor_close_during_a_stream_stops_the_server_before_the_engine(tiny_model_dir, capfd, monkeypatch):
+    """sync.mode in_flight at a run's end: EngineActor.close() while a generate call is being
+    streamed stops the server first (the stream ends between two engine steps, the call fails
+    with one clear error, the engine thread leaves), then closes the engine: no exception
+    escapes any thread."""
+    from rlvr.train.actors import EngineActor
+
+    escaped = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: escaped.append(args.exc_value))
+    actor = EngineActor(tiny_model_dir, "hf", {"dtype": "float32", "max_model_len": 512}, in_flight="recompute")
+    sampling = {"n": 2, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_tokens": 48}
+    prompts = [actor.engine.encode(p) for p in PROMPTS] * 4
+    out: dict = {}
+
+    def call():
+        try:
+            out["result"] = actor.generate(prompts, sampling, list(range(len(prompts))))
+        except Exception as e:  # noqa: BLE001 - what the caller gets is the assertion
+            out["error"] = e
+
+    th = threading.Thread(target=call)
+    th.start()
+    for _ in range(30000):                 # readiness: requests are in the engine
+        if actor.server.pending()[1] or "result" in out:
+            break
+        time.sleep(0.01)
+    assert actor.server.pending()[1] and "result" not in out
+    actor.close()
+    th.join(timeout=300)
+    assert not th.is_alive() and not actor.server._thread.is_alive() and actor.engine is None
+    assert isinstance(out.get("error"), RuntimeError) and "closed" in str(out["error"])
+    assert not escaped and "Traceback" not in capfd.readouterr().err
+    with pytest.raises(RuntimeError, match="closed"):
+        actor.generate(prompts[:1], sampling, [0])

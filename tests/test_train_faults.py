@@ -123,7 +123,6 @@ def test_a_group_rebuild_drains_validation_and_teacher_calls_too(monkeypatch):
 
     import ray
 
-    from rlvr.errors import Failure
     from rlvr.train.loop import Chunk, Run
 
     engines, retired = [object() for _ in range(3)], object()
@@ -140,11 +139,99 @@ def test_a_group_rebuild_drains_validation_and_teacher_calls_too(monkeypatch):
         validation=SimpleNamespace(outstanding=lambda: [("val-2", engines[2]), ("val-0", engines[0]),
                                                         ("val-old", retired)]),
         distill=SimpleNamespace(outstanding=lambda: [("score-1", engines[1])]))
-    Run._drain(run, 0)      # engine 0 restarts: its own calls and those of a retired actor are not waited for
+    # engine 0 restarts: its own calls and those of a retired actor are not waited for
+    assert Run._drain(run, {0}) == set()
     assert waited == [["rollout-1", "score-1", "val-2"]]
     late.append("val-2")
-    with pytest.raises(Failure, match=r"engine\(s\) 2 did not finish their queued calls"):
-        Run._drain(run, 1)
+    assert Run._drain(run, {1}) == {2}          # engine 2 did not finish: hung as well
+    assert Run._drain(run, {1, 2}) == set() and waited[-1] == ["rollout-0", "val-0"]
     run.validation = run.distill = None
-    Run._drain(run, 1)
+    Run._drain(run, {1})
     assert waited[-1] == ["rollout-0"]
+
+
+def test_engines_hung_at_once_are_restarted_together_and_the_group_rebuilt_once(monkeypatch):
+    """A broadcast restart for engine 0 finds engines 1 and 3 hung too (their queued calls never
+    finish): they are replaced as well, and the group is rebuilt once, with all three."""
+    from types import SimpleNamespace
+
+    import ray
+
+    from rlvr.train import actors
+    from rlvr.train.loop import Chunk, Run
+    from rlvr.train.metrics import Faults
+
+    class Actor:
+        node = SimpleNamespace(remote=lambda: "node")
+
+    hung, waited, retired, restored = {"r1", "r3"}, [], [], []
+
+    def wait(refs, num_returns, timeout):
+        assert timeout == 30.0      # bounded by sync.generate_timeout_s
+        waited.append(sorted(refs))
+        return [r for r in refs if r not in hung], [r for r in refs if r in hung]
+
+    monkeypatch.setattr(ray, "wait", wait)
+    monkeypatch.setattr(actors, "retire", lambda a, where: retired.append(a))
+    old = [Actor() for _ in range(4)]
+    run = Run.__new__(Run)
+    run.engines, run.where, run.pending_syncs, run.last_done = list(old), {}, {}, {}
+    run.cfg = SimpleNamespace(sync=SimpleNamespace(generate_timeout_s=30.0, timeout_s=60.0))
+    run.faults, run.validation, run.distill = Faults(), None, None
+    run.synced_version, run.trained_version = 3, 4
+    run.outstanding = {Chunk(e, f"r{e}", [], 0.0, old[e]) for e in range(4)}
+    run._new_engine = lambda base: Actor()
+    run.base = "base"
+    run._startup = lambda refs, what, labels: [{"node": "n"} for _ in refs]
+    run.weight_sync = SimpleNamespace(blocking=True,
+                                      restore=lambda es, version, timeout_s: restored.append((list(es), version)))
+    Run._restart_engine(run, 0, "gave no answer in 30s")
+    assert restored == [([0, 1, 3], 4)]                  # one rebuild, every hung engine in it
+    assert retired == [old[0], old[1], old[3]] and run.engines[2] is old[2]
+    assert all(run.engines[e] is not old[e] for e in (0, 1, 3))
+    assert run.faults["engine_restarts"] == 3 and set(run.last_done) == {0, 1, 3}
+    assert waited == [["r1", "r2", "r3"], ["r2"]]       # engine 2 is waited for again, the new ones never
+
+
+def test_two_engines_hung_at_once_are_both_restarted(ray_session, base_model, tmp_path, monkeypatch):
+    """Two engines frozen at once under a sync that rebuilds a group on a restart (the
+    broadcast's path, here on the object store so the cheap engine serves): both are replaced,
+    in one rebuild, and the run goes on."""
+    import signal
+
+    from rlvr.train import weight_sync
+    from rlvr.train.loop import Run
+
+    cfg = cfg_for(base_model, "train.steps=2", "checkpoint.every=0", "sync.generate_timeout_s=6",
+                  "rollout.num_engines=2", *SMALL)
+    monkeypatch.setattr(weight_sync.ObjectStoreSync, "blocking", True)
+    restore, restored = weight_sync.ObjectStoreSync.restore, []
+
+    def recorded(self, engines, version, timeout_s):
+        restored.append(list(engines))
+        return restore(self, engines, version, timeout_s)
+
+    monkeypatch.setattr(weight_sync.ObjectStoreSync, "restore", recorded)
+    submit, stopped = Run._submit, []
+
+    def freeze_then_submit(self, e, items):
+        # once the first step is done, both engines stop answering before any of step 2's prompts reach them
+        if not stopped and first_step_done(tmp_path):
+            for where in orjson.loads((tmp_path / "run.json").read_bytes())["placement"]["engines"]:
+                os.kill(where["pid"], signal.SIGSTOP)
+                stopped.append(where["pid"])
+        return submit(self, e, items)
+
+    monkeypatch.setattr(Run, "_submit", freeze_then_submit)
+    try:
+        run(cfg, tmp_path)
+    finally:
+        for pid in stopped:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    rows = trace(tmp_path)
+    assert len(stopped) == 2 and [r["step"] for r in rows] == [1, 2]
+    assert [0, 1] in restored          # both replaced together: the group rebuilt once for the two
+    assert rows[-1]["faults/engine_restarts"] >= 2 and rows[-1]["faults/requeued_prompts"] >= 8

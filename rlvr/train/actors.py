@@ -301,7 +301,11 @@ class EngineActor:
         return {"busy_s": self.busy_s, "alive_s": time.monotonic() - self.born}
 
     def close(self) -> None:
-        """Close the engine (vLLM shuts its engine-core process down) before the actor is killed."""
+        """Close the engine (vLLM shuts its engine-core process down) before the actor is killed.
+        In flight, the server stops first: its thread leaves the open stream between two engine
+        steps (waited for, bounded), so that the engine is never closed under it."""
+        if self.server is not None:
+            self.server.close(timeout=20.0)
         engine, self.engine = self.engine, None
         if engine is not None:
             engine.close()

@@ -33,6 +33,7 @@ left out (distill/skipped_too_long).
 
 from __future__ import annotations
 
+import functools
 import string
 import time
 
@@ -56,20 +57,25 @@ def uses_question(cfg) -> bool:
 
 def template_fields(template: str) -> set[str]:
     """The placeholders of a teacher template; ConfigError for a malformed one or an unknown name."""
+    return {name for _, name in _parsed(template) if name is not None}
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(template: str) -> tuple[tuple[str, str | None], ...]:
+    """A teacher template as (literal text, placeholder name or None) pieces, parsed and
+    checked once per template (a step renders it for every completion)."""
     try:
         parsed = list(string.Formatter().parse(template))
     except ValueError as e:
         raise ConfigError(f"teacher.template: {e} (literal braces are doubled: {{{{ and }}}})") from None
-    names = set()
-    for _, name, spec, conv in parsed:
-        if name is None:
-            continue
-        if name not in FIELDS or spec or conv:
+    pieces = []
+    for literal, name, spec, conv in parsed:
+        if name is not None and (name not in FIELDS or spec or conv):
             shown = "{" + name + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "") + "}"
             raise ConfigError(f"teacher.template: unknown placeholder {shown} (known: "
                               f"{', '.join('{' + f + '}' for f in FIELDS)}; literal braces are doubled)")
-        names.add(name)
-    return names
+        pieces.append((literal, name))
+    return tuple(pieces)
 
 
 def check_config(cfg) -> list[str]:
@@ -187,17 +193,13 @@ def feedback(rec: dict, verdict: dict | None) -> str:
 
 def render(template: str, rec: dict, verdict: dict | None) -> str:
     """The teacher's prompt text for one completion of `rec` (see the module)."""
+    pieces = _parsed(template)
     values = {}
-    for name in template_fields(template):
-        if name == "feedback":
-            values[name] = feedback(rec, verdict)
-        elif name == "prompt":
-            values[name] = rec.get("prompt")
-        else:
-            values[name] = rec.get(name)
+    for name in {name for _, name in pieces if name is not None}:
+        values[name] = feedback(rec, verdict) if name == "feedback" else rec.get(name)
         if not isinstance(values[name], str):
             raise _no_text(name, rec)
-    return template.format_map(values)
+    return "".join(literal + (values[name] if name is not None else "") for literal, name in pieces)
 
 
 def _no_text(name: str, rec: dict) -> ConfigError:
@@ -413,16 +415,20 @@ class Distiller:
         versions = []
         while shares:
             actors = run.engines if self.self_teacher else self.actors
-            refs = {e: actors[e].score.remote([prompts[i] for i in idx], [comps[i] for i in idx], self.te.top_k)
+            sent = {e: actors[e] for e in shares}
+            refs = {e: sent[e].score.remote([prompts[i] for i in idx], [comps[i] for i in idx], self.te.top_k)
                     for e, idx in shares.items()}
-            self.open = {ref: actors[e] for e, ref in refs.items()}
+            self.open = {ref: sent[e] for e, ref in refs.items()}
+            # every engine's call is out: wait for them together, within one limit
+            done, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=limit)
+            done = set(done)
             failed = {}
             for e, ref in refs.items():
-                try:
-                    topk = ray.get(ref, timeout=limit)
-                except ray.exceptions.GetTimeoutError:
+                if ref not in done:
                     failed[e] = f"gave no scores in {limit:.0f}s"
                     continue
+                try:
+                    topk = ray.get(ref)
                 except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as ex:
                     failed[e] = f"failed ({type(ex).__name__})"
                     continue
@@ -434,7 +440,8 @@ class Distiller:
                 for j, i in enumerate(shares[e]):
                     rows[i] = topk.rows(j)
             for e, why in failed.items():
-                self._restart(run, e, why)
+                if actors[e] is sent[e]:   # else already replaced (a restart found it hung too): resend
+                    self._restart(run, e, why)
             self.open = {}
             shares = {e: shares[e] for e in failed}
         return rows, versions
@@ -464,7 +471,8 @@ class Distiller:
 
 def _within(row: tuple, vocab: int) -> tuple:
     """A completion's teacher rows with ids the policy has no row for (a teacher's larger padded
-    embedding) dropped: id 0 with log-prob -inf, which the loss counts as probability 0."""
+    embedding) marked as no entry: id 0 (a row the policy has) with log-prob -inf, which the
+    loss (rlvr.losses.distill_loss) leaves out, as if the teacher had not returned them."""
     import numpy as np
 
     ids, lps, tok = row

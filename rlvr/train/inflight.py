@@ -23,8 +23,14 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import deque
+from contextlib import closing
 from collections.abc import Callable, Iterator
 from typing import Any
+
+
+class _Closed(Exception):
+    """Raised by the stream's source once the server is closed: the stream ends (its requests
+    in the engine are aborted) between two engine steps."""
 
 
 class _Job:
@@ -137,11 +143,17 @@ class InFlightServer:
         with self._cv:
             return len(self._queue), len(self._in_engine)
 
-    def close(self) -> None:
+    def close(self, timeout: float = 60.0) -> bool:
+        """Stop serving: the open stream ends between two engine steps (its requests aborted),
+        every generate call and job still waiting fails, and the engine thread leaves. Waits for
+        it at most `timeout` seconds; returns whether it has left. The engine stays open (its
+        owner closes it after this)."""
         with self._cv:
             self._closed = True
             self._cv.notify_all()
-        self._thread.join(timeout=60)
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=timeout)
+        return not self._thread.is_alive()
 
     # -- the engine thread -------------------------------------------------------------------
 
@@ -175,17 +187,28 @@ class InFlightServer:
                     continue
                 first = self._queue[0][3]
             try:
-                for handle, res in self.engine.stream(self._source(), first, window=self.WINDOW, each_step=True):
-                    self._deliver(handle, res)
+                with closing(self.engine.stream(self._source(), first, window=self.WINDOW, each_step=True)) as st:
+                    for handle, res in st:
+                        self._deliver(handle, res)
+                        if self._closed:
+                            break       # closing the stream aborts what is still in the engine
+            except _Closed:
+                pass                    # the loop's top fails what was left
             except Exception as e:  # noqa: BLE001 - one request, or the engine? (as EngineActor.generate)
+                if self._closed:
+                    continue
                 self._recover(e)
 
     def _source(self) -> Iterator[tuple | None]:
         """The stream's requests: queued ones as they come, the jobs run between two steps; ends
         when nothing is queued or in the engine."""
         while True:
+            if self._closed:
+                raise _Closed
             self._run_jobs()
             with self._cv:
+                if self._closed:
+                    raise _Closed
                 taken = list(self._queue)
                 self._queue.clear()
                 self._in_engine.update(req[0] for req in taken)

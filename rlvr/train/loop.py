@@ -771,60 +771,88 @@ class Run:
                 pass
         self.engines, self.trainers, self.groups = [], [], []
 
-    def _drain(self, skip: int) -> None:
-        """Before a broadcast group is rebuilt: let every other engine finish the calls queued
-        on it -- rollouts, validations, a policy teacher's scoring (their results wait in Ray
-        until collected) -- so that each joins the new group at once instead of leaving the
-        others in vLLM's rendezvous, which times out."""
+    def _drain(self, skip: set) -> set:
+        """Before a broadcast group is rebuilt: let every engine not in `skip` (those being
+        restarted) finish the calls queued on it -- rollouts, validations, a policy teacher's
+        scoring (their results wait in Ray until collected) -- so that each joins the new group
+        at once instead of leaving the others in vLLM's rendezvous, which times out. Returns the
+        engines that did not finish within sync.generate_timeout_s: hung as well."""
         import ray
 
-        refs = {c.ref: c.engine for c in self.outstanding if c.engine != skip and c.actor is self.engines[c.engine]}
+        refs = {c.ref: c.engine for c in self.outstanding
+                if c.engine not in skip and c.actor is self.engines[c.engine]}
         index = {id(a): e for e, a in enumerate(self.engines)}
         for side in (self.validation, self.distill):
             for ref, actor in (side.outstanding() if side is not None else []):
-                if index.get(id(actor), skip) != skip:
-                    refs[ref] = index[id(actor)]
+                e = index.get(id(actor))
+                if e is not None and e not in skip:
+                    refs[ref] = e
         if not refs:
-            return
+            return set()
         limit = self.cfg.sync.generate_timeout_s
         log(f"waiting for {len(refs)} queued engine call(s) before the weight-transfer group is rebuilt")
         _, late = ray.wait(list(refs), num_returns=len(refs), timeout=limit)
-        if late:
-            raise Failure(f"engine(s) {', '.join(str(e) for e in sorted({refs[r] for r in late}))} did not finish "
-                          f"their queued calls within {limit:.0f}s (sync.generate_timeout_s), so the "
-                          "weight-transfer group cannot be rebuilt")
+        return {refs[r] for r in late}
 
     def _restart_engine(self, e: int, why: str) -> None:
+        self._restart_engines({e: why})
+
+    def _restart_engines(self, why: dict) -> None:
+        """Replace the engines in `why` ({index: reason}): each is killed and started again from
+        the base model, then brought to the current weights. With a broadcast sync the other
+        engines first finish their queued calls (_drain); one that does not within
+        sync.generate_timeout_s is hung too and is replaced with them, so that any number of
+        engines hung at once are restarted and the group is rebuilt once, with all of them."""
         import ray
 
-        from rlvr.train.actors import retire
-
-        log(f"engine {e} {why}: restarting it")
-        self.faults.add("engine_restarts")
-        if self.faults["engine_restarts"] > 5 * max(1, len(self.engines)):
-            raise Failure("rollout engines keep failing (more than 5 restarts each): giving up")
-        old = self.engines[e]
-        retire(old, self.where.pop(id(old), None))   # with vLLM's engine-core process, which may hold the GPU
-        self.pending_syncs.pop(e, None)  # died with the old actor; the new one is synced below
-        # From the base model (a resumed run's checkpoint folder may since have been pruned),
-        # then the current weights.
-        self.engines[e] = self._new_engine(self.base)
-        self.where[id(self.engines[e])] = self._startup(self.engines[e].node.remote(), f"restarting engine {e}",
-                                                        [f"engine {e}"])
+        restarted: list[int] = []
+        starting: list = []   # the new actors' first calls: they load while the others drain
+        todo = dict(why)
+        limit = self.cfg.sync.generate_timeout_s
+        while todo:
+            starting += self._replace_engines(todo)
+            restarted += sorted(todo)
+            todo = {}
+            if self.weight_sync.blocking:
+                todo = {e: f"did not finish its queued calls in {limit:.0f}s (hung?)"
+                        for e in self._drain(set(restarted))}
+        nodes = self._startup(starting, f"restarting engine{'s' if len(restarted) > 1 else ''} "
+                              f"{', '.join(map(str, restarted))}", [f"engine {e}" for e in restarted])
+        for e, where in zip(restarted, nodes):
+            self.where[id(self.engines[e])] = where
         if self.weight_sync.blocking and self.synced_version:
             # a broadcast sends the trainer's current weights to every engine (with sync.every_steps
             # k > 1 those may be newer than the last synced version: fresher, within the bound)
             self.synced_version = self.trained_version
-        if self.weight_sync.blocking:
-            self._drain(e)
+        restarted.sort()
+        names = ", ".join(str(e) for e in restarted)
         try:
-            self.weight_sync.restore(e, self.synced_version, timeout_s=self.cfg.sync.timeout_s + 300)
+            self.weight_sync.restore(restarted, self.synced_version, timeout_s=self.cfg.sync.timeout_s + 300)
         except (ray.exceptions.GetTimeoutError, ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as ex:
-            raise Failure(f"engine {e} could not be restarted ({type(ex).__name__}: "
+            raise Failure(f"engine {names} could not be restarted ({type(ex).__name__}: "
                           f"{str(ex).strip().splitlines()[-1][:200]})") from None
         except Failure as ex:
-            raise Failure(f"engine {e} could not be restarted: {ex.message}") from None
-        self.last_done[e] = time.monotonic()
+            raise Failure(f"engine {names} could not be restarted: {ex.message}") from None
+        now = time.monotonic()
+        for e in restarted:
+            self.last_done[e] = now
+
+    def _replace_engines(self, why: dict) -> list:
+        """Kill the engines in `why` and make new ones from the base model (a resumed run's
+        checkpoint folder may since have been pruned). Returns their first calls (where each
+        runs), in index order, for the caller to wait on."""
+        from rlvr.train.actors import retire
+
+        for e, reason in sorted(why.items()):
+            log(f"engine {e} {reason}: restarting it")
+            self.faults.add("engine_restarts")
+            if self.faults["engine_restarts"] > 5 * max(1, len(self.engines)):
+                raise Failure("rollout engines keep failing (more than 5 restarts each): giving up")
+            old = self.engines[e]
+            retire(old, self.where.pop(id(old), None))   # with vLLM's engine-core process, which may hold the GPU
+            self.pending_syncs.pop(e, None)  # died with the old actor; the new one is synced after
+            self.engines[e] = self._new_engine(self.base)
+        return [self.engines[e].node.remote() for e in sorted(why)]
 
     def _collect(self, rnd: Round, traces, step: int) -> list[Group]:
         """Wait for a round's chunks; requeue those of engines that died or hung. Returns the

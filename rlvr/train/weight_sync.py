@@ -76,12 +76,13 @@ class ObjectStoreSync:
         self.weights_ref = [t.weights.remote() for t in self.trainers][0]
         return {e: eng.update_weights.remote(self.weights_ref, version) for e, eng in enumerate(self.engines)}
 
-    def restore(self, e: int, version: int, timeout_s: float) -> None:
-        """Bring a restarted engine (built from the base model) to the last synced weights."""
+    def restore(self, engines: list[int], version: int, timeout_s: float) -> None:
+        """Bring restarted engines (built from the base model) to the last synced weights."""
         import ray
 
-        if self.weights_ref is not None:
-            ray.get(self.engines[e].update_weights.remote(self.weights_ref, version), timeout=timeout_s)
+        if self.weights_ref is not None and engines:
+            ray.get([self.engines[e].update_weights.remote(self.weights_ref, version) for e in engines],
+                    timeout=timeout_s)
 
     def check(self, results: dict) -> int | None:
         """Nothing to compare: the engines load the very arrays the trainer returned."""
@@ -170,16 +171,17 @@ class BroadcastSync:
             ok += 1
         return ok
 
-    def restore(self, e: int, version: int, timeout_s: float) -> None:
-        """A restarted engine: rebuild the group with it and, once a sync has happened,
-        broadcast the trainer's current weights (those of `version`) to every engine again.
-        The caller first lets the other engines finish the generate calls queued on them."""
+    def restore(self, engines: list[int], version: int, timeout_s: float) -> None:
+        """Restarted engines: rebuild the group once, with all of them, and, once a sync has
+        happened, broadcast the trainer's current weights (those of `version`) to every engine
+        again. The caller first lets the other engines finish the generate calls queued on them."""
         self.open()
         if not self.synced:
             return   # every engine holds the initial weights
         refs = self.push(version)
         results = wait_all({str(k): r for k, r in refs.items()}, timeout_s,
-                           f"the weight sync to version {version} after restarting engine {e} failed")
+                           f"the weight sync to version {version} after restarting engine "
+                           f"{', '.join(map(str, engines))} failed")
         self.check({(int(k) if k.isdigit() else k): v for k, v in results.items()})
 
     def _close(self, quiet: bool = False) -> None:
