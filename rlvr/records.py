@@ -17,6 +17,7 @@ records in always gives N records out.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import sys
@@ -250,25 +251,75 @@ def read_records(
 
 
 _BIG_INT = re.compile(rb"\d{19,}")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _bad(message: str, text: str = "", pos: int = 0) -> orjson.JSONDecodeError:
+    return orjson.JSONDecodeError(message, text, pos)
+
+
+def _no_constant(name: str) -> Any:
+    raise _bad(f"{name} is not valid JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise _bad("number is infinity when parsed as double")
+    return value
+
+
+def _no_lone_surrogates(value: Any) -> None:
+    todo = [value]
+    while todo:
+        v = todo.pop()
+        if isinstance(v, str):
+            if _SURROGATE.search(v):
+                raise _bad("a lone surrogate in a string is not valid UTF-8")
+        elif isinstance(v, dict):
+            todo.extend(v)
+            todo.extend(v.values())
+        elif isinstance(v, list):
+            todo.extend(v)
 
 
 def loads(raw: bytes) -> Any:
     """One JSON value. orjson reads integers beyond 64 bits as floats: such text goes through
-    the standard library, which keeps them exact."""
+    the standard library, which keeps them exact, and refuses what orjson refuses (NaN and
+    Infinity, numbers beyond a double, invalid UTF-8, lone surrogates, deep nesting) with an
+    orjson.JSONDecodeError, so that a line's fate never depends on an unrelated big integer."""
     if not _BIG_INT.search(raw):
         return orjson.loads(raw)
     import json
 
     try:
-        return json.loads(raw)
+        text = bytes(raw).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _bad("str is not valid UTF-8", "", e.start) from None
+    try:
+        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
     except json.JSONDecodeError as e:
-        raise orjson.JSONDecodeError(e.msg, e.doc, e.pos) from None
+        raise _bad(e.msg, e.doc, e.pos) from None
+    except RecursionError:
+        raise _bad("recursion limit reached", text) from None
+    except ValueError as e:   # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+        raise _bad(str(e).split(":")[0], text) from None
+    _no_lone_surrogates(value)
+    return value
 
 
 def _plain(v: Any) -> Any:
-    if hasattr(v, "tolist"):  # numpy scalars and arrays
-        return v.tolist()
-    raise TypeError(f"Object of type {type(v).__name__} is not JSON serializable")
+    """v as orjson writes it, for the standard library: numpy values as numbers and NaN or
+    Infinity as null (standard JSON has no word for them)."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if hasattr(v, "tolist") and not isinstance(v, (str, bytes)):  # numpy scalars and arrays
+        return _plain(v.tolist())
+    return v
 
 
 def to_json(obj: Any, indent: bool = False) -> bytes:
@@ -284,7 +335,7 @@ def to_json(obj: Any, indent: bool = False) -> bytes:
     import json
 
     layout: dict[str, Any] = {"indent": 2} if indent else {"separators": (",", ":")}
-    layout["default"] = _plain  # numpy values, as orjson writes them
+    obj = _plain(obj)  # numpy values and NaN, as orjson writes them
     text = json.dumps(obj, ensure_ascii=False, **layout)
     try:
         return text.encode()
@@ -328,16 +379,20 @@ class RecordWriter:
         self.close()
 
 
-def open_resumable(path: str) -> tuple[list[dict], BinaryIO]:
+def open_resumable(path: str, check: Callable[[list[dict]], Any] | None = None) -> tuple[list[dict], BinaryIO]:
     """Open an append-only JSONL output for resuming.
 
     Returns the complete records already in the file and a handle positioned to append.
-    A torn last line (from a crash or kill -9) is cut off so the file stays valid JSONL.
+    A torn last line (from a crash or kill -9) is cut off so the file stays valid JSONL; so is
+    everything from a line that is not a JSON object on. `check` sees the records before the
+    file is changed at all: what it raises leaves a file that is not this run's untouched.
     """
     done: list[dict] = []
     if not os.path.exists(path):
         d = os.path.dirname(os.path.abspath(path))
         os.makedirs(d, exist_ok=True)
+        if check is not None:
+            check(done)
         return done, open(path, "ab")
     good_end = 0
     with open(path, "rb") as fh:
@@ -347,11 +402,16 @@ def open_resumable(path: str) -> tuple[list[dict], BinaryIO]:
             if raw.endswith(b"\n"):
                 if raw.strip():
                     try:
-                        done.append(loads(raw))
+                        rec = loads(raw)
                     except orjson.JSONDecodeError:
                         break  # corrupt middle: keep what precedes it
+                    if not isinstance(rec, dict):
+                        break
+                    done.append(rec)
                 good_end = end
             pos = end
+    if check is not None:
+        check(done)
     if good_end != os.path.getsize(path):
         with open(path, "r+b") as fh:
             fh.truncate(good_end)

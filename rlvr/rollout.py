@@ -118,6 +118,9 @@ def resume_point(done: list[dict], todo: list[dict], path: str, sampling: dict |
         raise PromptError(f"{path} holds {len(done)} records but the input has {len(todo)}: "
                           "it is the output of another input; use a new --output")
     for i, (a, b) in enumerate(zip(done, todo)):
+        if not is_error_record(a) and not isinstance(a.get("generation"), dict):
+            raise PromptError(f"{path}:{i + 1}: a record without `generation`, not one rlvr-rollout wrote (the "
+                              "input itself?); use a new --output")
         if a.get("id") != b.get("id"):
             raise PromptError(f"{path}:{i + 1}: id {a.get('id')!r} where the input has {b.get('id')!r}: the file "
                               "belongs to another input or other --shard/--shuffle settings; use a new --output")
@@ -467,9 +470,12 @@ def run_to_file(records: list[dict], settings: RolloutSettings, path: str, *, en
     `records`, checked) are skipped, a torn last line is cut. Returns (skipped, stats)."""
     from rlvr.records import open_resumable
 
-    done, fh = open_resumable(path)
+    meta = sampling_meta(settings)
+    skips: list[int] = []
+    # checked before the file is touched: a file that belongs to another input stays as it is
+    done, fh = open_resumable(path, check=lambda done: skips.append(resume_point(done, records, path, meta)))
     with fh:
-        skip = resume_point(done, records, path, sampling_meta(settings))
+        skip = skips[0]
         if skip and warn is not None:
             warn(f"{path}: {skip} of {len(records)} record(s) already done; resuming")
         stats = run(records[skip:], settings, RecordWriter(fh), engine=engine, progress=progress, warn=warn)

@@ -129,3 +129,22 @@ def test_eval_table_of_a_missing_folder_fails_and_names_with_pipes_stay_cells(tm
     # every row has as many unescaped cell separators as the header
     seps = [len(ln.replace("\\|", "")) - len(ln.replace("\\|", "").replace("|", "")) for ln in r.stdout.splitlines()]
     assert len(set(seps)) == 1
+
+
+def test_rollout_output_that_holds_the_prompts_themselves_is_refused_untouched(tmp_path):
+    # `rlvr-rollout --output prompts.jsonl prompts.jsonl`: records without `generation` are not done work
+    import pytest
+
+    from rlvr.rollout import PromptError, RolloutSettings, run_to_file
+
+    recs = [{"id": f"p{i}", "prompt": f"q{i}"} for i in range(3)]
+    path = tmp_path / "prompts.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in recs) + b'{"id": "p3", "pro')
+    before = path.read_bytes()
+    with pytest.raises(PromptError, match=r"prompts\.jsonl:1: a record without `generation`"):
+        run_to_file(recs, RolloutSettings(model="unused"), str(path))   # fails before any engine is built
+    assert path.read_bytes() == before
+    path.write_bytes(before[:before.rindex(b"\n") + 1])
+    before = path.read_bytes()
+    out = invoke("rlvr-rollout", ["-m", "unused", "--max-model-len", "64", "--output", str(path), str(path)])
+    assert out.code == 2 and "without `generation`" in out.stderr and path.read_bytes() == before
