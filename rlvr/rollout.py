@@ -383,9 +383,12 @@ def run(records: list[dict], settings: RolloutSettings, writer: RecordWriter, *,
         sampling = settings.sampling
         max_len = int(engine.max_model_len)
         limit = settings.max_prompt_len or max_len - sampling.max_tokens
-        if limit < 1:
+        # the common max_tokens matters only when a record uses it (not one with its own max_tokens)
+        if limit < 1 and any(record_sampling(r, sampling, settings.record_max_tokens).max_tokens == sampling.max_tokens
+                             for r in records if not is_error_record(r)):
             raise PromptError(f"max_tokens {sampling.max_tokens} leaves no room for a prompt under max_model_len "
                               f"{max_len}; lower --max-tokens or raise --max-model-len")
+        limit = max(0, limit)
         meta = {"model": settings.model, "engine": settings.engine,
                 "engine_version": getattr(engine, "engine_version", "unknown"),
                 "sampling": sampling_meta(settings, limit)}
@@ -424,10 +427,13 @@ def run(records: list[dict], settings: RolloutSettings, writer: RecordWriter, *,
                 own = record_sampling(rec, sampling, settings.record_max_tokens)
                 if eot and isinstance(rec.get("prompt"), list) and not set(eot) <= set(own.stop_token_ids or ()):
                     own = replace(own, stop_token_ids=tuple(dict.fromkeys((*(own.stop_token_ids or ()), *eot))))
-                rec_limit = limit if own.max_tokens == sampling.max_tokens or settings.max_prompt_len else \
-                    max_len - own.max_tokens
+                rec_limit, rec_why = limit, why
+                if own.max_tokens != sampling.max_tokens and not settings.max_prompt_len:
+                    rec_limit = max(0, max_len - own.max_tokens)
+                    rec_why = (f"max_model_len {max_len} - the record's max_tokens {own.max_tokens}; raise "
+                               "--max-model-len, or give --max-tokens for every record")
                 if len(ids) > rec_limit:
-                    ready[pos] = too_long(rec, len(ids), rec_limit, meta, why)
+                    ready[pos] = too_long(rec, len(ids), rec_limit, meta, rec_why)
                     stats.unusable["prompt_too_long"] += 1
                     bar.update(1)
                     continue

@@ -166,3 +166,19 @@ def test_rollout_resume_refuses_another_models_records(tmp_path):
     odd = [{"id": "a", "generation": {"sampling": "n=2"}}]   # a hand-edited file: refused, never a crash
     with pytest.raises(PromptError, match="other generation settings"):
         resume_point(odd, todo, "out.jsonl", {"n": 2})
+
+
+def test_a_records_own_max_tokens_over_the_context_names_itself(tiny_model_dir):
+    out = rollout(tiny_model_dir, jsonl({"id": "a", "prompt": "hello", "max_tokens": 100000}), "--max-model-len", "64")
+    # rollout() gives --max-tokens 12: a record's own max_tokens counts only without it
+    assert out.code == 0 and out.records()[0]["generation"]["status"] == "ok", out.stderr
+    out = invoke("rlvr-rollout", ["--engine", "hf", "--model", tiny_model_dir, "--dtype", "float32", "--max-model-len",
+                                  "64"], jsonl({"id": "a", "prompt": "hello", "max_tokens": 100000}))
+    gen = out.records()[0]["generation"]
+    assert out.code == 0 and gen["status"] == "prompt_too_long", out.stderr
+    assert "over the limit of 0 (max_model_len 64 - the record's max_tokens 100000;" in gen["error"]
+    # records that all carry their own max_tokens never use the default 1024: a short context is fine
+    out = invoke("rlvr-rollout", ["--engine", "hf", "--model", tiny_model_dir, "--dtype", "float32", "--max-model-len",
+                                  "64"], jsonl({"id": "a", "prompt": "hello", "max_tokens": 8}))
+    assert out.code == 0, out.stderr
+    assert out.records()[0]["generation"]["status"] == "ok" and out.records()[0]["completion_tokens"][0] <= 8
