@@ -182,3 +182,8 @@ def test_a_records_own_max_tokens_over_the_context_names_itself(tiny_model_dir):
                                   "64"], jsonl({"id": "a", "prompt": "hello", "max_tokens": 8}))
     assert out.code == 0, out.stderr
     assert out.records()[0]["generation"]["status"] == "ok" and out.records()[0]["completion_tokens"][0] <= 8
+
+
+def test_a_dataset_named_twice_in_a_mixture_is_refused():
+    out = invoke("rlvr-data", ["--mix", "toy:1,toy:3", "--limit", "2"])
+    assert out.code == 2 and "toy is named twice" in out.stderr and out.stdout == ""
