@@ -63,6 +63,10 @@ def test_per_prompt_keeps_error_records():
     r = invoke("rlvr-passk", ["--per-prompt", "--keep-going"], jsonl({"id": "a", "rewards": [1, 0]}) + "oops\n")
     rows = r.records()
     assert r.code == 0 and len(rows) == 2 and "error" in rows[1]
+    r = invoke("rlvr-passk", ["--per-prompt"], jsonl({"id": "a", "rewards": []}))   # a row: not "no records"
+    assert r.code == 0 and r.records()[0]["n"] == 0 and "no records" not in r.stderr
+    r = invoke("rlvr-passk", ["--per-prompt"], "")
+    assert r.code == 0 and r.stdout == "" and "no records" in r.stderr
 
 
 def test_prompts_without_samples_keep_their_row_and_their_dataset():
