@@ -164,6 +164,8 @@ def require(rec: dict, *fields: str) -> tuple[str, str] | None:
 
 def _open(path: str) -> tuple[str, BinaryIO]:
     if path in ("-", ""):
+        if sys.stdin is None:   # started with standard input closed (`<&-`)
+            raise InputFileError("<stdin>: cannot read: standard input is closed")
         return "<stdin>", sys.stdin.buffer
     if path.endswith(".gz"):
         import gzip
@@ -209,6 +211,8 @@ def read_records(
     for p in paths:
         try:
             name, fh = _open(p)
+        except InputFileError:
+            raise
         except OSError as e:
             raise InputFileError(f"{p}: cannot open: {e.strerror or e}") from None
         try:
@@ -244,7 +248,7 @@ def read_records(
                     continue
                 yield rec
         finally:
-            if fh is not sys.stdin.buffer:
+            if p not in ("-", ""):
                 fh.close()
     if missing is not None:
         raise missing

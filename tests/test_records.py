@@ -198,3 +198,15 @@ def test_resumable_output_has_one_writer_at_a_time(tmp_path):
     done, fh = open_resumable(p)
     fh.close()
     assert done == [{"id": "a"}]
+
+
+def test_closed_standard_input_is_one_line_naming_it(tmp_path, monkeypatch):
+    import sys
+
+    from rlvr.records import InputFileError
+
+    monkeypatch.setattr(sys, "stdin", None)   # what Python gives a command started with `<&-`
+    with pytest.raises(InputFileError, match=r"^<stdin>: cannot read: standard input is closed$"):
+        list(read_records(["-"]))
+    p = write(tmp_path, '{"id": "a"}\n')
+    assert [r["id"] for r in read_records([p])] == ["a"]   # a named file needs no stdin
