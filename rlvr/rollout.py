@@ -432,6 +432,8 @@ def run(records: list[dict], settings: RolloutSettings, writer: RecordWriter, *,
                     rec_limit = max(0, max_len - own.max_tokens)
                     rec_why = (f"max_model_len {max_len} - the record's max_tokens {own.max_tokens}; raise "
                                "--max-model-len, or give --max-tokens for every record")
+                if rec_limit > max_len - 1:   # a --max-prompt-len beyond the context: no engine takes such a prompt
+                    rec_limit, rec_why = max_len - 1, f"max_model_len {max_len}, less one token to generate"
                 if len(ids) > rec_limit:
                     ready[pos] = too_long(rec, len(ids), rec_limit, meta, rec_why)
                     stats.unusable["prompt_too_long"] += 1

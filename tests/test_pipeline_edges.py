@@ -191,3 +191,14 @@ def test_a_records_own_max_tokens_over_the_context_names_itself(tiny_model_dir):
 def test_a_dataset_named_twice_in_a_mixture_is_refused():
     out = invoke("rlvr-data", ["--mix", "toy:1,toy:3", "--limit", "2"])
     assert out.code == 2 and "toy is named twice" in out.stderr and out.stdout == ""
+
+
+def test_a_prompt_over_the_context_under_a_larger_max_prompt_len_keeps_its_place(tiny_model_dir):
+    long = {"id": "long", "prompt": " ".join(["word"] * 80)}
+    out = invoke("rlvr-rollout", ["--engine", "hf", "--model", tiny_model_dir, "--dtype", "float32", "--max-model-len",
+                                  "64", "--max-prompt-len", "1000", "--max-tokens", "8"],
+                 jsonl({"id": "a", "prompt": "hi"}, long))
+    assert out.code == 0, out.stderr
+    a, b = out.records()
+    assert a["generation"]["status"] == "ok" and b["generation"]["status"] == "prompt_too_long"
+    assert "over the limit of 63 (max_model_len 64, less one token to generate)" in b["generation"]["error"]

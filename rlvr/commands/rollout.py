@@ -100,7 +100,8 @@ def _seed(ctx: click.Context, param: click.Parameter, value: str) -> int | None:
 @click.option("--max-model-len", type=click.IntRange(min=1),
               help="Context length (default: the longest prompt plus --max-tokens, rounded up to a multiple of 256, "
                    "at most the model's own).")
-@click.option("--max-prompt-len", type=click.IntRange(min=1), help="Longest prompt to generate for (default: max-model-len - max-tokens).")
+@click.option("--max-prompt-len", type=click.IntRange(min=1), help="Longest prompt to generate for (default: max-model-len - max-tokens; at most max-model-len - 1, "
+                   "generation then ends at the context).")
 @click.option("--kv-cache-gib", type=click.FloatRange(min=0, min_open=True), help="KV cache size in GiB (CUDA: instead of the memory utilization; CPU default 4).")
 @click.option("--tokenizer", metavar="PATH", help="Tokenizer folder when the model folder has none.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write records to FILE as they are done, resuming what it already holds.")
