@@ -202,3 +202,10 @@ def test_a_prompt_over_the_context_under_a_larger_max_prompt_len_keeps_its_place
     a, b = out.records()
     assert a["generation"]["status"] == "ok" and b["generation"]["status"] == "prompt_too_long"
     assert "over the limit of 63 (max_model_len 64, less one token to generate)" in b["generation"]["error"]
+
+
+def test_an_empty_source_is_said_on_stderr(tmp_path):
+    empty = tmp_path / "gsm8k.jsonl"
+    empty.write_bytes(b"")   # a zero-byte file left by an interrupted copy
+    out = invoke("rlvr-data", ["gsm8k", "--source", str(empty)])
+    assert out.code == 0 and out.stdout == "" and f"gsm8k: {empty} holds no rows" in out.stderr
