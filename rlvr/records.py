@@ -88,8 +88,8 @@ def check_record(rec: Any, replaced: tuple[str, ...] = ()) -> tuple[str, str] | 
         return "", f"expected a JSON object, got {type(rec).__name__}"
     if "id" in rec and not isinstance(rec["id"], str):
         return "id", f"must be a string, got {type(rec['id']).__name__}"
-    if "dataset" in rec and not isinstance(rec["dataset"], str):
-        return "dataset", "must be a string"
+    if "dataset" in rec and rec["dataset"] is not None and not isinstance(rec["dataset"], str):
+        return "dataset", "must be a string or null"
     if "prompt" in rec:
         p = rec["prompt"]
         if isinstance(p, list):

@@ -209,3 +209,14 @@ def test_an_empty_source_is_said_on_stderr(tmp_path):
     empty.write_bytes(b"")   # a zero-byte file left by an interrupted copy
     out = invoke("rlvr-data", ["gsm8k", "--source", str(empty)])
     assert out.code == 0 and out.stdout == "" and f"gsm8k: {empty} holds no rows" in out.stderr
+
+
+def test_per_prompt_rows_of_records_without_dataset_read_back():
+    # rlvr-passk --per-prompt writes "dataset": null for them; a null dataset is no dataset, as everywhere
+    r = invoke("rlvr-passk", ["--per-prompt"], jsonl({"id": "a", "rewards": [1, 0]}))
+    row = r.records()[0]
+    assert row["dataset"] is None
+    r = invoke("rlvr-passk", [], jsonl({**row, "rewards": [1]}))
+    assert r.code == 0 and "unknown" in orjson.loads(r.stdout)["per_dataset"], r.stderr
+    r = invoke("rlvr-passk", [], jsonl({"id": "a", "dataset": 3, "rewards": [1]}))
+    assert r.code == 3 and "must be a string or null (field dataset)" in r.stderr
