@@ -268,7 +268,7 @@ def _no_constant(name: str) -> Any:
 
 def _finite(text: str) -> float:
     value = float(text)
-    if value in (float("inf"), float("-inf")):
+    if math.isinf(value):
         raise _bad("number is infinity when parsed as double")
     return value
 
@@ -321,7 +321,7 @@ def _plain(v: Any) -> Any:
         return {k: _plain(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
         return [_plain(x) for x in v]
-    if hasattr(v, "tolist") and not isinstance(v, (str, bytes)):  # numpy scalars and arrays
+    if hasattr(v, "tolist"):  # numpy scalars and arrays
         return _plain(v.tolist())
     return v
 
