@@ -383,12 +383,13 @@ class RecordWriter:
         self.close()
 
 
-def open_resumable(path: str, check: Callable[[list[dict]], Any] | None = None) -> tuple[list[dict], BinaryIO]:
+def open_resumable(path: str, check: Callable[[list[dict]], Any] | None = None,
+                   exclusive: bool = False) -> tuple[list[dict], BinaryIO]:
     """Open an append-only JSONL output for resuming.
 
-    Returns the complete records already in the file and a handle positioned to append,
-    which holds an exclusive lock on the file until it is closed: a second writer (the same
-    command started twice) fails at once instead of interleaving its records. A torn last
+    Returns the complete records already in the file and a handle positioned to append. With
+    `exclusive` the handle holds a lock on the file until it is closed: a second writer (the
+    same command started twice) fails at once instead of interleaving its records. A torn last
     line (from a crash or kill -9) is cut off so the file stays valid JSONL; so is everything
     from a line that is not a JSON object on. `check` sees the records before the file is
     changed at all: what it raises leaves a file that is not this run's untouched.
@@ -399,7 +400,8 @@ def open_resumable(path: str, check: Callable[[list[dict]], Any] | None = None) 
     fh = open(path, "ab")
     try:
         try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if exclusive:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise Failure(f"{path}: another process is writing this file (wait for it, or use another output)") from None
         except OSError:

@@ -491,11 +491,12 @@ def record_sampling(rec: dict, sampling: Sampling, own_max_tokens: bool = True) 
 
 def run_to_file(records: list[dict], settings: RolloutSettings, path: str, *, engine: Any = None,
                 progress: bool | None = None, warn: Callable[[str], None] | None = None,
-                same_model: bool = False) -> tuple[int, Stats]:
+                same_model: bool = False, exclusive: bool = False) -> tuple[int, Stats]:
     """run() into an append-only file that resumes: records already in `path` (a prefix of
     `records`, checked) are skipped, a torn last line is cut. same_model: the records there
-    must also come from settings.model (rlvr-rollout; an evaluation's folder is its
-    checkpoint's by name). Returns (skipped, stats)."""
+    must also come from settings.model; exclusive: a second process writing `path` fails at
+    once (both for rlvr-rollout --output; an evaluation's folder is its checkpoint's by name,
+    and its claims give it one writer). Returns (skipped, stats)."""
     from rlvr.records import open_resumable
 
     meta = sampling_meta(settings)
@@ -504,7 +505,7 @@ def run_to_file(records: list[dict], settings: RolloutSettings, path: str, *, en
     def check(done: list[dict]) -> None:  # before the file is touched: another run's file stays as it is
         skips.append(resume_point(done, records, path, meta, settings.model if same_model else None))
 
-    _, fh = open_resumable(path, check=check)
+    _, fh = open_resumable(path, check=check, exclusive=exclusive)
     with fh:
         skip = skips[0]
         if skip and warn is not None:

@@ -220,3 +220,16 @@ def test_per_prompt_rows_of_records_without_dataset_read_back():
     assert r.code == 0 and "unknown" in orjson.loads(r.stdout)["per_dataset"], r.stderr
     r = invoke("rlvr-passk", [], jsonl({"id": "a", "dataset": 3, "rewards": [1]}))
     assert r.code == 3 and "must be a string or null (field dataset)" in r.stderr
+
+
+def test_rollout_output_another_run_is_writing_is_refused_at_once(tmp_path):
+    from rlvr.records import open_resumable
+
+    out_file = tmp_path / "out.jsonl"
+    _, held = open_resumable(str(out_file), exclusive=True)   # a run of the same command, still writing
+    try:
+        out = invoke("rlvr-rollout", ["-m", "unused", "--max-model-len", "64", "--output", str(out_file)],
+                     jsonl({"id": "a", "prompt": "hi"}))
+    finally:
+        held.close()
+    assert out.code == 1 and "another process is writing this file" in out.stderr

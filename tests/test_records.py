@@ -189,9 +189,9 @@ def test_resumable_output_has_one_writer_at_a_time(tmp_path):
     from rlvr.errors import Failure
 
     p = str(tmp_path / "out.jsonl")
-    done, fh = open_resumable(p)
+    done, fh = open_resumable(p, exclusive=True)
     with pytest.raises(Failure, match="another process is writing"):
-        open_resumable(p)   # the same command started twice would interleave its records
+        open_resumable(p, exclusive=True)   # the same command started twice would interleave its records
     w = RecordWriter(fh)
     w.write({"id": "a"})
     w.close()   # closed: the next run may resume it

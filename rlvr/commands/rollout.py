@@ -153,7 +153,8 @@ def cmd(files, keep_going, model, engine, n, temperature, top_p, top_k, max_toke
                 "sets it)")
     try:
         if output:
-            _, stats = run_to_file(records, settings, output, progress=progress, warn=warn, same_model=True)
+            _, stats = run_to_file(records, settings, output, progress=progress, warn=warn, same_model=True,
+                                   exclusive=True)
         else:
             with record_stdout() as stream:
                 stats = rollout(records, settings, RecordWriter(stream), progress=progress, warn=warn)
