@@ -17,6 +17,7 @@ records in always gives N records out.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import sys
@@ -87,8 +88,8 @@ def check_record(rec: Any, replaced: tuple[str, ...] = ()) -> tuple[str, str] | 
         return "", f"expected a JSON object, got {type(rec).__name__}"
     if "id" in rec and not isinstance(rec["id"], str):
         return "id", f"must be a string, got {type(rec['id']).__name__}"
-    if "dataset" in rec and not isinstance(rec["dataset"], str):
-        return "dataset", "must be a string"
+    if "dataset" in rec and rec["dataset"] is not None and not isinstance(rec["dataset"], str):
+        return "dataset", "must be a string or null"
     if "prompt" in rec:
         p = rec["prompt"]
         if isinstance(p, list):
@@ -163,6 +164,8 @@ def require(rec: dict, *fields: str) -> tuple[str, str] | None:
 
 def _open(path: str) -> tuple[str, BinaryIO]:
     if path in ("-", ""):
+        if sys.stdin is None:   # started with standard input closed (`<&-`)
+            raise InputFileError("<stdin>: cannot read: standard input is closed")
         return "<stdin>", sys.stdin.buffer
     if path.endswith(".gz"):
         import gzip
@@ -208,6 +211,8 @@ def read_records(
     for p in paths:
         try:
             name, fh = _open(p)
+        except InputFileError:
+            raise
         except OSError as e:
             raise InputFileError(f"{p}: cannot open: {e.strerror or e}") from None
         try:
@@ -243,32 +248,82 @@ def read_records(
                     continue
                 yield rec
         finally:
-            if fh is not sys.stdin.buffer:
+            if p not in ("-", ""):
                 fh.close()
     if missing is not None:
         raise missing
 
 
 _BIG_INT = re.compile(rb"\d{19,}")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _bad(message: str, text: str = "", pos: int = 0) -> orjson.JSONDecodeError:
+    return orjson.JSONDecodeError(message, text, pos)
+
+
+def _no_constant(name: str) -> Any:
+    raise _bad(f"{name} is not valid JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise _bad("number is infinity when parsed as double")
+    return value
+
+
+def _no_lone_surrogates(value: Any) -> None:
+    todo = [value]
+    while todo:
+        v = todo.pop()
+        if isinstance(v, str):
+            if _SURROGATE.search(v):
+                raise _bad("a lone surrogate in a string is not valid UTF-8")
+        elif isinstance(v, dict):
+            todo.extend(v)
+            todo.extend(v.values())
+        elif isinstance(v, list):
+            todo.extend(v)
 
 
 def loads(raw: bytes) -> Any:
     """One JSON value. orjson reads integers beyond 64 bits as floats: such text goes through
-    the standard library, which keeps them exact."""
+    the standard library, which keeps them exact, and refuses what orjson refuses (NaN and
+    Infinity, numbers beyond a double, invalid UTF-8, lone surrogates, deep nesting) with an
+    orjson.JSONDecodeError, so that a line's fate never depends on an unrelated big integer."""
     if not _BIG_INT.search(raw):
         return orjson.loads(raw)
     import json
 
     try:
-        return json.loads(raw)
+        text = bytes(raw).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _bad("str is not valid UTF-8", "", e.start) from None
+    try:
+        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
     except json.JSONDecodeError as e:
-        raise orjson.JSONDecodeError(e.msg, e.doc, e.pos) from None
+        raise _bad(e.msg, e.doc, e.pos) from None
+    except RecursionError:
+        raise _bad("recursion limit reached", text) from None
+    except ValueError as e:   # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+        raise _bad(str(e).split(":")[0], text) from None
+    _no_lone_surrogates(value)
+    return value
 
 
 def _plain(v: Any) -> Any:
+    """v as orjson writes it, for the standard library: numpy values as numbers and NaN or
+    Infinity as null (standard JSON has no word for them)."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
     if hasattr(v, "tolist"):  # numpy scalars and arrays
-        return v.tolist()
-    raise TypeError(f"Object of type {type(v).__name__} is not JSON serializable")
+        return _plain(v.tolist())
+    return v
 
 
 def to_json(obj: Any, indent: bool = False) -> bytes:
@@ -284,7 +339,7 @@ def to_json(obj: Any, indent: bool = False) -> bytes:
     import json
 
     layout: dict[str, Any] = {"indent": 2} if indent else {"separators": (",", ":")}
-    layout["default"] = _plain  # numpy values, as orjson writes them
+    obj = _plain(obj)  # numpy values and NaN, as orjson writes them
     text = json.dumps(obj, ensure_ascii=False, **layout)
     try:
         return text.encode()
@@ -328,17 +383,43 @@ class RecordWriter:
         self.close()
 
 
-def open_resumable(path: str) -> tuple[list[dict], BinaryIO]:
+def open_resumable(path: str, check: Callable[[list[dict]], Any] | None = None,
+                   exclusive: bool = False) -> tuple[list[dict], BinaryIO]:
     """Open an append-only JSONL output for resuming.
 
-    Returns the complete records already in the file and a handle positioned to append.
-    A torn last line (from a crash or kill -9) is cut off so the file stays valid JSONL.
+    Returns the complete records already in the file and a handle positioned to append. With
+    `exclusive` the handle holds a lock on the file until it is closed: a second writer (the
+    same command started twice) fails at once instead of interleaving its records. A torn last
+    line (from a crash or kill -9) is cut off so the file stays valid JSONL; so is everything
+    from a line that is not a JSON object on. `check` sees the records before the file is
+    changed at all: what it raises leaves a file that is not this run's untouched.
     """
+    import fcntl
+
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fh = open(path, "ab")
+    try:
+        try:
+            if exclusive:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise Failure(f"{path}: another process is writing this file (wait for it, or use another output)") from None
+        except OSError:
+            pass   # a file system without locks (some network mounts): written as before, unguarded
+        done, good_end = _complete_records(path)
+        if check is not None:
+            check(done)
+        if good_end != os.path.getsize(path):
+            fh.truncate(good_end)
+    except BaseException:
+        fh.close()
+        raise
+    return done, fh
+
+
+def _complete_records(path: str) -> tuple[list[dict], int]:
+    """The records of a file's leading complete lines, and where they end."""
     done: list[dict] = []
-    if not os.path.exists(path):
-        d = os.path.dirname(os.path.abspath(path))
-        os.makedirs(d, exist_ok=True)
-        return done, open(path, "ab")
     good_end = 0
     with open(path, "rb") as fh:
         pos = 0
@@ -347,15 +428,15 @@ def open_resumable(path: str) -> tuple[list[dict], BinaryIO]:
             if raw.endswith(b"\n"):
                 if raw.strip():
                     try:
-                        done.append(loads(raw))
+                        rec = loads(raw)
                     except orjson.JSONDecodeError:
                         break  # corrupt middle: keep what precedes it
+                    if not isinstance(rec, dict):
+                        break
+                    done.append(rec)
                 good_end = end
             pos = end
-    if good_end != os.path.getsize(path):
-        with open(path, "r+b") as fh:
-            fh.truncate(good_end)
-    return done, open(path, "ab")
+    return done, good_end
 
 
 @contextlib.contextmanager

@@ -144,3 +144,69 @@ def test_run_manifest_and_traces_keep_big_integers(tmp_path):
     t.metrics({"step": 1, "id_hash": 2**64 + 1})
     t.close()
     assert json.loads((tmp_path / "traces" / "trace.jsonl").read_text())["id_hash"] == 2**64 + 1
+
+
+@pytest.mark.parametrize("bad", [b"NaN", b"-Infinity", b"1e400", b'"a\\ud800b"', b'"\xff"', b"1" + b"0" * 5000,
+                                 b"[" * 5000 + b"]" * 5000])
+def test_a_big_integer_elsewhere_on_the_line_does_not_let_invalid_json_in(tmp_path, bad):
+    # integers beyond 64 bits go through another parser: it must refuse what orjson refuses
+    for line in (b'{"id": "a", "x": ' + bad + b"}", b'{"id": "a", "seed": 123456789012345678901, "x": ' + bad + b"}"):
+        p = tmp_path / "in.jsonl"
+        p.write_bytes(b'{"id": "ok"}\n' + line + b"\n")
+        with pytest.raises(RecordError, match=r"in\.jsonl:2: invalid JSON"):
+            list(read_records([str(p)]))
+        bad_rec = list(read_records([str(p)], keep_going=True))[1]["error"]
+        assert bad_rec["line"] == 2 and "invalid JSON" in bad_rec["message"]
+
+
+def test_the_big_integer_writer_writes_nan_as_null_like_orjson():
+    from rlvr.records import loads, to_json
+
+    for indent in (False, True):
+        out = to_json({"seed": 2**70, "loss": float("nan"), "x": [float("inf"), 1.5]}, indent=indent)
+        assert loads(out) == {"seed": 2**70, "loss": None, "x": [None, 1.5]}
+
+
+def test_resumable_output_is_checked_before_it_is_changed(tmp_path):
+    p = tmp_path / "out.jsonl"
+    text = b'{"id": "a"}\n{"id": "b"}\n{"id": "c", "compl'
+    p.write_bytes(text)
+
+    def refuse(done):
+        assert [r["id"] for r in done] == ["a", "b"]
+        raise ValueError("not this run's file")
+
+    with pytest.raises(ValueError, match="not this run's"):
+        open_resumable(str(p), check=refuse)
+    assert p.read_bytes() == text   # the torn line of a file that is not ours is not cut
+    p.write_bytes(b'{"id": "a"}\n[1, 2]\n{"id": "c"}\n')   # not an object: cut from there, never a crash later
+    done, fh = open_resumable(str(p))
+    fh.close()
+    assert done == [{"id": "a"}] and p.read_bytes() == b'{"id": "a"}\n'
+
+
+def test_resumable_output_has_one_writer_at_a_time(tmp_path):
+    from rlvr.errors import Failure
+
+    p = str(tmp_path / "out.jsonl")
+    done, fh = open_resumable(p, exclusive=True)
+    with pytest.raises(Failure, match="another process is writing"):
+        open_resumable(p, exclusive=True)   # the same command started twice would interleave its records
+    w = RecordWriter(fh)
+    w.write({"id": "a"})
+    w.close()   # closed: the next run may resume it
+    done, fh = open_resumable(p)
+    fh.close()
+    assert done == [{"id": "a"}]
+
+
+def test_closed_standard_input_is_one_line_naming_it(tmp_path, monkeypatch):
+    import sys
+
+    from rlvr.records import InputFileError
+
+    monkeypatch.setattr(sys, "stdin", None)   # what Python gives a command started with `<&-`
+    with pytest.raises(InputFileError, match=r"^<stdin>: cannot read: standard input is closed$"):
+        list(read_records(["-"]))
+    p = write(tmp_path, '{"id": "a"}\n')
+    assert [r["id"] for r in read_records([p])] == ["a"]   # a named file needs no stdin

@@ -6,7 +6,7 @@ import os
 
 import click
 
-from rlvr.cli import ConfigError, run, shard_callback, stdout_writer, with_examples
+from rlvr.cli import ConfigError, run, shard_callback, stdout_writer, warn, with_examples
 from rlvr.data import (ALIASES, SPECS, TEMPLATES, ChatOptions, apply_chat_fields, apply_order, canonical,
                        load_records, mix, parse_mix, read_order, select, split_kind_keys, split_name)
 from rlvr.eval.tasks import STANDARD as LM_TASKS
@@ -190,6 +190,8 @@ def cmd(name, split, sources, fewshot_source, templates, shots, chat, system, th
                             kinds=[k.strip() for k in kinds.split(",") if k.strip()] if kinds and n == "allenai"
                             else None, filters=row_filters.get(n), stop=stop.get(n), max_tokens=max_tokens.get(n),
                             kind_max_tokens=kind_max_tokens.get(n), assistant_prefix=prefix.get(n))
+        if not recs:   # e.g. a zero-byte file left by an interrupted copy
+            warn(f"{n}: {srcs[n] or 'its source'} holds no rows{f' of split {split}' if split else ''}")
         if n in per:
             return apply_order(recs, ids_of(per[n]), per[n])
         return select(recs, shuffle=shuffle, seed=seed)

@@ -56,7 +56,7 @@ def cmd(files, keep_going, ks, threshold, per_prompt, fmt):
     if acc.errors:
         warn(f"{acc.errors} error record(s) skipped")
     if out is not None or acc.empty:
-        if not acc.acc.rows:
+        if acc.empty:
             warn("no records")
         return
     s = acc.summary()

