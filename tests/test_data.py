@@ -353,6 +353,18 @@ def test_a_split_less_file_never_serves_two_splits(tmp_path, monkeypatch):
     r = invoke("rlvr-data", ["gsm8k", "--split", "test", "--source", str(root / "gsm8k")])
     assert r.code == 1 and f"{root}/gsm8k/data.jsonl" in r.stderr and "'test' split" in r.stderr
     assert len(data("gsm8k", "--split", "test", "--source", str(root / "gsm8k" / "data.jsonl"))) == 4
+    # latest.jsonl names no split either (it is not "test"); a save_to_disk Dataset of no split neither
+    (root / "gsm8k" / "data.jsonl").rename(root / "gsm8k" / "latest.jsonl")
+    r = invoke("rlvr-data", ["gsm8k", "--split", "test"])
+    assert r.code == 1 and f"{root}/gsm8k/latest.jsonl: its name says no split" in r.stderr, r.stderr
+    import datasets
+
+    datasets.Dataset.from_list([orjson.loads(ln) for ln in _gsm8k_rows(2).splitlines()]).save_to_disk(
+        str(root / "saved" / "gsm8k"))
+    monkeypatch.setenv("RLVR_DATA_DIR", str(root / "saved"))
+    r = invoke("rlvr-data", ["gsm8k", "--split", "test"])
+    assert r.code == 1 and f"{root}/saved/gsm8k: a saved Dataset that records no split" in r.stderr, r.stderr
+    monkeypatch.setenv("RLVR_DATA_DIR", str(root))
     # a split-named source wins although NAME/ is looked in first; the other split still fails
     (root / "gsm8k_test").mkdir()
     (root / "gsm8k_test" / "part-0.jsonl").write_text(_gsm8k_rows(2, start=10))

@@ -31,6 +31,7 @@ import glob
 import json
 import logging
 import os
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -107,19 +108,27 @@ def _stem(f: str) -> str:
     return os.path.basename(f).split(".")[0]
 
 
+def _has_word(name: str, word: str) -> bool:
+    """Whether a file name holds `word` not as the tail of a longer word: gsm8k_test.jsonl,
+    test-00000.parquet and testset.jsonl hold "test"; latest.jsonl and contest.jsonl do not,
+    nor does pretrain.jsonl hold "train"."""
+    return re.search(rf"(?<![a-z]){re.escape(word.lower())}", name.lower()) is not None
+
+
 def _named_split(files: Sequence[str], split: str) -> list[str]:
     """The files of `split` among data files (test.jsonl, test-00000-of-00001.parquet, a name
     holding the split's name), of one format."""
-    found = [f for f in files if _stem(f) == split or _stem(f).startswith(f"{split}-")]
+    low = split.lower()
+    found = [f for f in files if _stem(f).lower() == low or _stem(f).lower().startswith(f"{low}-")]
     if not found:
-        found = [f for f in files if split in os.path.basename(f)]
+        found = [f for f in files if _has_word(os.path.basename(f), split)]
     return _one_format(found)
 
 
 def _splitless(files: Sequence[str]) -> str | None:
     """The dataset's one data file when its name names no split (data.jsonl, mbpp.jsonl,
     HumanEval.jsonl), else None."""
-    if len(files) == 1 and not any(w in _stem(files[0]).lower() for w in SPLIT_WORDS):
+    if len(files) == 1 and not any(_has_word(_stem(files[0]), w) for w in SPLIT_WORDS):
         return files[0]
     return None
 
@@ -188,7 +197,8 @@ def has_split(folder: str, split: str) -> bool:
 def splitless_error(what: str, split: str, dataset: str) -> SourceError:
     """The one line for a split-less file (or saved Dataset) asked for one split of a dataset
     that has several."""
-    return SourceError(f"{what}: its name says no split, so it is not taken as {dataset}'s {split!r} split "
+    why = "its name says no split" if what.endswith(EXTS) else "a saved Dataset that records no split"
+    return SourceError(f"{what}: {why}, so it is not taken as {dataset}'s {split!r} split "
                        f"(a dataset with several splits): name it {split}.jsonl (or {split}-*.parquet ...), "
                        f"put it in a {dataset}_{split}/ folder, or give the file itself with --source")
 
