@@ -311,32 +311,45 @@ def _data_keys(keys: Sequence[str]) -> list[str]:
     return [k for k in keys if k.endswith(EXTS) and not any(p.startswith(".") for p in k.split("/"))]
 
 
-def _s3_probe(uri: str, split: str | None, whole: bool) -> tuple[str | None, list[str], str]:
-    """How an S3 folder holds `split`, from its listing (and a saved Dataset's state.json, the
-    one file fetched to tell): (NAMED, SPLITLESS or None, the keys to fetch for it, the file
-    that is split-less)."""
-    uri = uri.rstrip("/") + "/"
-    keys = _s3_keys(uri)
+def probe_keys(keys: Sequence[str], split: str | None, whole: bool,
+               saved_split: Callable[[], str | None]) -> tuple[str | None, list[str], str]:
+    """How a remote folder holds `split`, from its listing (`keys`, relative to it): (NAMED,
+    SPLITLESS or None, the keys to fetch for it, the split-less key, or "" for a saved Dataset
+    of no split). saved_split(): the split a saved Dataset's state.json records, asked only for
+    such a folder. `whole`: a NAME_<split>/ folder, every key of it is the split's."""
     if not keys:
         return None, [], ""
     if whole or split is None:
-        return NAMED, keys, ""
+        return NAMED, list(keys), ""
     if "dataset_dict.json" in keys:
         mine = [k for k in keys if k.startswith(f"{split}/")]
         return (NAMED, ["dataset_dict.json", *mine], "") if mine else (None, [], "")
     if "dataset_info.json" in keys:
-        from rlvr.s3 import download_folder_cached
-
-        meta = [k for k in ("state.json", "dataset_info.json") if k in keys]
-        saved = _saved_split(download_folder_cached(uri, only=meta))
+        saved = saved_split()
         status = NAMED if saved == split else SPLITLESS if saved is None else None
-        return status, keys if status else [], uri
+        return status, list(keys) if status else [], ""
     data = _data_keys(keys)
     named = _named_split(data, split)
     if named:
         return NAMED, named, ""
     one = _splitless(data)
-    return (SPLITLESS, [one], uri + one) if one else (None, [], "")
+    return (SPLITLESS, [one], one) if one else (None, [], "")
+
+
+def _s3_probe(uri: str, split: str | None, whole: bool) -> tuple[str | None, list[str], str]:
+    """probe_keys of an S3 folder (a saved Dataset's state.json is the one file fetched to
+    tell its split); the split-less thing named by its URI."""
+    from rlvr.s3 import download_folder_cached
+
+    uri = uri.rstrip("/") + "/"
+    keys = _s3_keys(uri)
+
+    def saved() -> str | None:
+        return _saved_split(download_folder_cached(uri, only=[k for k in ("state.json", "dataset_info.json")
+                                                               if k in keys]))
+
+    status, needed, what = probe_keys(keys, split, whole, saved)
+    return status, needed, uri + what
 
 
 def _fetch_s3(source: str, split: str | None, whole: bool, splitless: bool, dataset: str) -> str:
