@@ -429,10 +429,6 @@ def locate(names: Sequence[str], split: str, source: str | None = None, splitles
     return Location(None, "hub", tried=tuple(tried))
 
 
-def _local_folder(path: str) -> str | None:
-    return path if os.path.isdir(path) else None
-
-
 @contextlib.contextmanager
 def _quiet_hub() -> Iterator[None]:
     """The hub libraries log every failed request and retry ("... thrown while requesting HEAD
