@@ -218,9 +218,15 @@ class Claims:
             if e.errno in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.EMLINK):
                 return self._create_exclusive(path, record)   # a filesystem without hard links
             # NFS may report a failed link that happened: the link count says which
-            return os.stat(tmp).st_nlink == 2
+            try:
+                return os.stat(tmp).st_nlink == 2
+            except OSError:
+                return False    # the temporary file is gone (pruned as a dead writer's): not claimed
         finally:
-            os.unlink(tmp)
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
 
     @staticmethod
     def _create_exclusive(path: str, record: dict) -> bool:
