@@ -417,10 +417,49 @@ VLLM_KNOBS = ("max_num_seqs", "max_num_batched_tokens", "enable_prefix_caching",
               "max_concurrent_per_replica")
 
 
+# their sections that their code reads as mappings (a null one is absent), and the lists of mappings
+SECTIONS = ("run", "model", "tokenizer", "training", "verifier", "loss", "data", "data_iter", "sft_data", "sampling",
+            "buffer", "sync")
+
+
+def _shape_error(source: str, key: str, want: str, value) -> Exception:
+    from rlvr.errors import BadInput
+
+    got = type(value).__name__
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+    return BadInput(f"{source or 'their config'}: {key}: expected {want}, got {got} {shown}")
+
+
+def check_shapes(their: dict, source: str = "") -> None:
+    """BadInput "FILE: KEY: expected a mapping, got int 5" for a section of theirs that is not
+    of the shape their code reads (data: 5, roles: [1, 2], a role whose config is a list),
+    before any value is ported."""
+    mapping = "a mapping (KEY: {...})"
+    for key in SECTIONS:
+        value = their.get(key)
+        if value is not None and not isinstance(value, dict):
+            raise _shape_error(source, key, mapping, value)
+    roles = their.get("roles")
+    if roles is not None and not isinstance(roles, list):
+        raise _shape_error(source, "roles", "a list of roles (- name: trainer ...)", roles)
+    for i, r in enumerate(roles or []):
+        if not isinstance(r, dict):
+            raise _shape_error(source, f"roles[{i}]", "a role mapping (name, kind, config)", r)
+        if r.get("config") is not None and not isinstance(r["config"], dict):
+            raise _shape_error(source, f"roles[{i}].config", mapping, r["config"])
+    datasets = (their.get("data") or {}).get("datasets")
+    if datasets is not None and not isinstance(datasets, list):
+        raise _shape_error(source, "data.datasets", "a list of datasets (- name: gsm8k ...)", datasets)
+    for i, e in enumerate(datasets or []):
+        if not isinstance(e, dict):
+            raise _shape_error(source, f"data.datasets[{i}]", "a dataset mapping (name, weight, order)", e)
+
+
 def port_config(their: dict, source: str = "", accepted: Callable[[str], bool] = accepts) -> Port:
     """Port one of their configs (a parsed YAML mapping)."""
     if not isinstance(their, dict):
         raise ValueError("their config must be a YAML mapping")
+    check_shapes(their, source)
     p = Port(their, source, accepted)
     for path, value in _leaves(their):   # the numbers their code reads and this port computes with
         tp = THEIR_NUMBERS.get(re.sub(r"\.datasets\[\d+\]\.", ".datasets[].", path))

@@ -326,3 +326,77 @@ def test_shipped_mix_config_and_its_curricula():
     ids = {n: [i for i, _ in read_order(os.path.join(root, p))] for n, p in cfg.data.order.items()}
     assert sorted(ids["gsm8k"]) == sorted(f"gsm8k/train/{i}" for i in range(7473))  # the whole train split
     assert sorted(ids["mbpp"]) == sorted(f"mbpp/{i}" for i in range(601, 975))  # task ids of the train split
+
+
+def _gsm8k_rows(n: int, start: int = 0) -> str:
+    rows = [orjson.loads(ln) for ln in open(f"{D}/gsm8k/test.jsonl")][start:start + n]
+    return "".join(orjson.dumps(r).decode() + "\n" for r in rows)
+
+
+def test_a_split_less_file_never_serves_two_splits(tmp_path, monkeypatch):
+    """DATA/gsm8k/data.jsonl names no split: gsm8k has two, so it serves neither (one line naming
+    the file and the split), and a split-named folder anywhere wins over it; a dataset of one
+    split (humaneval) or whose rows say their split (mbpp) is still served by its one file."""
+    root = tmp_path / "data"
+    (root / "gsm8k").mkdir(parents=True)
+    (root / "gsm8k" / "data.jsonl").write_text(_gsm8k_rows(4))
+    monkeypatch.setenv("RLVR_DATA_DIR", str(root))
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.delenv("RLVR_S3_DATASETS", raising=False)
+    for split in ("test", "train"):
+        r = invoke("rlvr-data", ["gsm8k", "--split", split])
+        lines = r.stderr.strip().splitlines()
+        assert r.code == 1 and not r.stdout and len(lines) == 1, r.stderr
+        assert f"{root}/gsm8k/data.jsonl" in lines[0] and f"gsm8k's {split!r} split" in lines[0], r.stderr
+        assert "hub" not in lines[0]
+    # the same folder given with --source: the same rule; the file itself is the caller's choice
+    r = invoke("rlvr-data", ["gsm8k", "--split", "test", "--source", str(root / "gsm8k")])
+    assert r.code == 1 and f"{root}/gsm8k/data.jsonl" in r.stderr and "'test' split" in r.stderr
+    assert len(data("gsm8k", "--split", "test", "--source", str(root / "gsm8k" / "data.jsonl"))) == 4
+    # latest.jsonl names no split either (it is not "test"); a save_to_disk Dataset of no split neither
+    (root / "gsm8k" / "data.jsonl").rename(root / "gsm8k" / "latest.jsonl")
+    r = invoke("rlvr-data", ["gsm8k", "--split", "test"])
+    assert r.code == 1 and f"{root}/gsm8k/latest.jsonl: its name says no split" in r.stderr, r.stderr
+    import datasets
+
+    datasets.Dataset.from_list([orjson.loads(ln) for ln in _gsm8k_rows(2).splitlines()]).save_to_disk(
+        str(root / "saved" / "gsm8k"))
+    monkeypatch.setenv("RLVR_DATA_DIR", str(root / "saved"))
+    r = invoke("rlvr-data", ["gsm8k", "--split", "test"])
+    assert r.code == 1 and f"{root}/saved/gsm8k: a saved Dataset that records no split" in r.stderr, r.stderr
+    monkeypatch.setenv("RLVR_DATA_DIR", str(root))
+    # a split-named source wins although NAME/ is looked in first; the other split still fails
+    (root / "gsm8k_test").mkdir()
+    (root / "gsm8k_test" / "part-0.jsonl").write_text(_gsm8k_rows(2, start=10))
+    recs = data("gsm8k", "--split", "test")
+    assert len(recs) == 2 and recs[0]["answer"] == data("gsm8k", "--source", f"{D}/gsm8k/test.jsonl")[10]["answer"]
+    assert invoke("rlvr-data", ["gsm8k", "--split", "train"]).code == 1
+    (root / "gsm8k" / "train.jsonl").write_text(_gsm8k_rows(3))
+    assert len(data("gsm8k", "--split", "train")) == 3
+    # one split, or rows that say their split: the one file serves
+    (root / "humaneval").mkdir()
+    (root / "humaneval" / "HumanEval.jsonl").write_text(open(f"{D}/humaneval/HumanEval.jsonl").read())
+    assert data("humaneval") == data("humaneval", "--source", f"{D}/humaneval/HumanEval.jsonl")
+    r = invoke("rlvr-data", ["humaneval", "--split", "train"])
+    assert r.code == 1 and "HumanEval.jsonl" in r.stderr and "'train' split" in r.stderr
+    (root / "mbpp").mkdir()
+    (root / "mbpp" / "mbpp.jsonl").write_text(open(f"{D}/mbpp/mbpp.jsonl").read())
+    assert data("mbpp", "--split", "test", "--limit", "2") == \
+        data("mbpp", "--split", "test", "--limit", "2", "--source", f"{D}/mbpp/mbpp.jsonl")
+
+
+def test_rlvr_data_dir_is_read_by_every_command(tmp_path, monkeypatch):
+    """$RLVR_DATA_DIR is part of the one locate: rlvr-data and a single rlvr-eval run read it, and
+    a mistyped one is the same one line from both (never a fall through to the hub)."""
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.delenv("RLVR_S3_DATASETS", raising=False)
+    monkeypatch.setenv("RLVR_DATA_DIR", str(tmp_path / "nodata"))
+    for name, args in (("rlvr-data", ["gsm8k"]), ("rlvr-eval", ["tiny", str(tmp_path / "out"), "-b", "gsm8k_0shot_qa"])):
+        r = invoke(name, args)
+        assert r.code == 1 and r.stderr.strip() == f"{name}: error: RLVR_DATA_DIR={tmp_path}/nodata: no such folder", \
+            r.stderr
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "rows" / "gsm8k_test").mkdir(parents=True)
+    (tmp_path / "rows" / "gsm8k_test" / "x.jsonl").write_text(_gsm8k_rows(3))
+    monkeypatch.setenv("RLVR_DATA_DIR", str(tmp_path / "rows"))
+    assert [r["id"] for r in data("gsm8k")] == ["gsm8k/test/0", "gsm8k/test/1", "gsm8k/test/2"]

@@ -55,8 +55,17 @@ def test_one_owner_per_unit_and_a_dead_owner_on_this_machine_is_replaced_at_once
         plant(unit, gen, **me, **owner)
         assert a.state(unit)[0] == "dead" and a.acquire(unit)
         assert cl.current(unit).gen == gen + 1 and "no longer running" in logs[-1]
+        assert sorted(os.listdir(unit)) == [f"{cl.PREFIX}{gen + 1}"]   # the dead claim it superseded is gone
         a.release(unit)
-    assert sorted(os.listdir(unit)) == [f"{cl.PREFIX}{g}" for g in (0, 1, 2, 3, 4, 5)]   # no temporary file left
+    assert sorted(os.listdir(unit)) == [f"{cl.PREFIX}5"]   # one released claim, no temporary file left
+    # a writer that died left a temporary file: removed once it is old, never while it may be written
+    young, old = (os.path.join(unit, f"{cl.PREFIX}6.{x}.tmp") for x in ("young", "old"))
+    for p in (young, old):
+        open(p, "w").close()
+    os.utime(old, (os.path.getmtime(old) - 3600,) * 2)
+    assert a.acquire(unit) and sorted(os.listdir(unit)) == [f"{cl.PREFIX}6", os.path.basename(young)]
+    a.release(unit, done=True)                               # finished: no claim file left at all
+    assert sorted(os.listdir(unit)) == [os.path.basename(young)] and b.state(unit)[0] == "free"
 
 
 def test_a_filesystem_without_hard_links_still_gets_one_owner_per_unit(tmp_path, monkeypatch):
@@ -69,7 +78,7 @@ def test_a_filesystem_without_hard_links_still_gets_one_owner_per_unit(tmp_path,
     assert a.acquire(unit) and not b.acquire(unit) and cl.current(unit).owner["token"] == a.mine[unit]["token"]
     a.release(unit)
     assert b.acquire(unit) and cl.current(unit).gen == 1
-    assert sorted(os.listdir(unit)) == [f"{cl.PREFIX}0", f"{cl.PREFIX}1"]
+    assert sorted(os.listdir(unit)) == [f"{cl.PREFIX}1"]
 
 
 def test_an_owner_on_another_machine_is_dead_only_after_its_heartbeat_stays_silent(tmp_path):
@@ -130,7 +139,7 @@ def test_an_empty_or_torn_claim_is_taken_over_after_a_grace_period(tmp_path):
     assert not c.acquire(fresh)
     clock.t += 1
     assert c.state(fresh)[0] == "dead" and c.acquire(fresh) and cl.current(fresh).owner["pid"] == os.getpid()
-    assert sorted(os.listdir(fresh)) == [f"{cl.PREFIX}3", f"{cl.PREFIX}4"]
+    assert sorted(os.listdir(fresh)) == [f"{cl.PREFIX}4"] == sorted(os.listdir(old))   # the torn ones are gone
 
 
 def test_a_unit_finished_elsewhere_between_scan_and_claim_is_not_run_again(tmp_path):
@@ -150,7 +159,8 @@ def test_a_unit_finished_elsewhere_between_scan_and_claim_is_not_run_again(tmp_p
         return [sys.executable, "-c", "pass"]
 
     assert sweep.run_units(scan, [None], ev.EvalOptions(), log=lambda m: None, command=command) == 0
-    assert ran == [] and cl.current(unit.out).owner.get("released") and cl.current(unit.out).gen == 1
+    assert ran == [] and cl.current(unit.out) is None    # claimed (generation 1), found finished, no claim left
+    assert not [n for n in os.listdir(unit.out) if n.startswith(cl.PREFIX)]
 
 
 # A stand-in for one evaluation: it records which scheduler ran it, waits until two units have
@@ -195,9 +205,8 @@ def test_two_schedulers_on_one_jobs_list_split_it_and_run_each_unit_once(tmp_pat
     units = [r.split("@")[0] for r in ran]
     assert sorted(units) == [f"job{i}" for i in range(5)]            # every unit once, none twice
     assert {r.split("@")[1] for r in ran} == {"node1", "node2"}      # and both nodes took some
-    for i in range(5):
-        owner = cl.current(os.path.join(out, f"job{i}", "toy")).owner
-        assert owner["released"] is True and owner["failed"] is False
+    for i in range(5):   # finished units leave no claim file behind
+        assert not [n for n in os.listdir(os.path.join(out, f"job{i}", "toy")) if n.startswith(cl.PREFIX)]
 
 
 SCHEDULER = textwrap.dedent("""

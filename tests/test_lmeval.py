@@ -274,6 +274,47 @@ def test_completions_cut_at_the_generation_limit_are_counted(tmp_path, monkeypat
     assert harness.generation_limits(str(tmp_path / "none.jsonl")) is None
 
 
+def test_another_lm_eval_backend_runs_without_finish_notes(tmp_path, monkeypatch, capsys):
+    """--harness-python may be another lm-eval: a _model_generate of another signature (0.4.2's
+    max_tokens and stop) is left alone with one warning; outputs of another shape stop the notes
+    (a partial count is removed) and the generation still returns."""
+    import sys
+    import types
+
+    from rlvr.eval import harness, lm_eval_cli
+
+    class OldVLLM:   # lm-eval 0.4.2: (requests, generate, max_tokens, stop, **kwargs)
+        def _model_generate(self, requests, generate=False, max_tokens=None, stop=None, **kwargs):
+            return [f"text {max_tokens}" for _ in requests]
+
+    fake = types.ModuleType("lm_eval.models.vllm_causallms")
+    fake.VLLM = OldVLLM
+    monkeypatch.setitem(sys.modules, "lm_eval.models.vllm_causallms", fake)
+    monkeypatch.setattr(OldVLLM, "_model_generate", OldVLLM._model_generate)
+    original = OldVLLM._model_generate
+    notes = tmp_path / harness.FINISH
+    lm_eval_cli._record_finish(str(notes))
+    assert OldVLLM._model_generate is original
+    assert OldVLLM()._model_generate([[1], [2]], True, 64, ["\n"]) == ["text 64", "text 64"]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("rlvr-eval: warning:") and "max_tokens" in err[0], err
+    assert not notes.exists() and harness.generation_limits(str(notes)) is None
+
+    class OddVLLM:   # the 0.4.13 signature, but outputs that are plain strings
+        def _model_generate(self, requests, generate=False, sampling_params=None):
+            return ["a" for _ in requests]
+
+    fake.VLLM = OddVLLM
+    monkeypatch.setattr(OddVLLM, "_model_generate", OddVLLM._model_generate)
+    lm_eval_cli._record_finish(str(notes))
+    sp = types.SimpleNamespace(max_tokens=8)
+    assert OddVLLM()._model_generate([1, 2], True, sp) == ["a", "a"]
+    assert OddVLLM()._model_generate([3], True, sp) == ["a"]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not counted" in err[0], err
+    assert not notes.exists()
+
+
 def harness_tensor_names(folder) -> list[str]:
     from rlvr.engines.checkpoint import safetensors_header
 

@@ -267,6 +267,35 @@ def test_unknown_keys_warn_and_wrong_values_are_refused(tmp_path):
     assert port_config(ok).config["train"]["lr"] == 5e-6
 
 
+def test_a_section_of_the_wrong_shape_is_one_line_naming_file_key_and_type(tmp_path):
+    src = tmp_path / "their.yaml"
+    for path, value, named in (
+            (["data"], 5, "data: expected a mapping (KEY: {...}), got int 5"),
+            (["training"], [1, 2], "training: expected a mapping (KEY: {...}), got list [1, 2]"),
+            (["sampling"], "x", "sampling: expected a mapping (KEY: {...}), got str 'x'"),
+            (["loss"], [1], "loss: expected a mapping"),
+            (["roles"], 5, "roles: expected a list of roles"),
+            (["roles", 0], 7, "roles[0]: expected a role mapping"),
+            (["roles", 0, "config"], [3], "roles[0].config: expected a mapping (KEY: {...}), got list [3]"),
+            (["data", "datasets"], 5, "data.datasets: expected a list of datasets"),
+            (["data", "datasets", 0], "gsm8k", "data.datasets[0]: expected a dataset mapping")):
+        bad = their("qwen3-1.7B-gsm8k-grpo-lr5e6.yaml")
+        if path[:2] == ["data", "datasets"]:
+            bad["data"] = {"dataset": "mixed", "datasets": [{"name": "gsm8k", "weight": 1.0}]}
+        node = bad
+        for k in path[:-1]:
+            node = node[k]
+        node[path[-1]] = value
+        src.write_text(yaml.safe_dump(bad))
+        r = invoke("rlvr-port-config", [str(src)])
+        lines = r.stderr.strip().splitlines()
+        assert r.code == 3 and r.stdout == "" and len(lines) == 1, (path, r.stderr)
+        assert f"{src}: {named}" in lines[0] and "AttributeError" not in lines[0], (path, r.stderr)
+    ok = their("qwen3-1.7B-gsm8k-grpo-lr5e6.yaml")
+    ok["buffer"] = None                                     # null: as if absent
+    assert port_config(ok).config["train"]
+
+
 def test_system_prompt_with_and_without_a_chat_template():
     cfg = their("qwen3-1.7B-gsm8k-grpo-lr5e6.yaml")
     cfg["data_iter"].update(system_prompt="Be brief.", skip_chat_template=False)

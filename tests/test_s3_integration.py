@@ -85,6 +85,57 @@ def test_rlvr_data_reads_s3_folders_and_the_default_prefix(s3env, bucket, tmp_pa
     assert r.code == 1 and "nothing under" in r.stderr
 
 
+def test_s3_dataset_folders_fetch_only_the_split_asked(s3env, bucket, tmp_path, monkeypatch):
+    """The listing is checked for the split first: only its files are downloaded, a split that is
+    not there is one line before any download, and a split-less file serves no split of gsm8k."""
+    import datasets
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("RLVR_DATA_DIR", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    cache = tmp_path / "cache" / "rlvr" / "s3" / bucket
+    c = s3env.client()
+    test, train = os.path.join(DATA, "lmeval", "gsm8k", "test.jsonl"), os.path.join(DATA, "lmeval", "gsm8k", "train.jsonl")
+    c.upload_file(test, bucket, "datasets/gsm8k/test.jsonl")
+    c.upload_file(train, bucket, "datasets/gsm8k/train.jsonl")
+    rows = [orjson.loads(ln) for ln in open(train, "rb")]
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(rows), "test": datasets.Dataset.from_list(rows[:2])}
+                         ).save_to_disk(str(tmp_path / "dd"))
+    _upload_folder(c, tmp_path / "dd", bucket, "saved/gsm8k/")
+    c.put_object(Bucket=bucket, Key="loose/gsm8k/data.jsonl", Body=open(test, "rb").read())
+
+    def files(prefix):
+        top = cache / prefix
+        return sorted(os.path.relpath(os.path.join(d, f), top) for d, _, fs in os.walk(top) for f in fs
+                      if not f.startswith(".")) if top.exists() else []
+
+    monkeypatch.setenv("RLVR_S3_DATASETS", f"s3://{bucket}/datasets/")
+    want = invoke("rlvr-data", ["gsm8k", "--source", test]).records()
+    r = invoke("rlvr-data", ["gsm8k", "--split", "test"])
+    assert r.code == 0 and r.records() == want, r.stderr
+    assert files("datasets/gsm8k") == ["test.jsonl"]               # train.jsonl is not fetched
+    r = invoke("rlvr-data", ["gsm8k", "--split", "train"])
+    assert r.code == 0 and len(r.records()) == len(rows), r.stderr
+    assert files("datasets/gsm8k") == ["test.jsonl", "train.jsonl"]   # the test copy stays
+    assert invoke("rlvr-data", ["gsm8k", "--split", "test"]).records() == want
+    # a saved DatasetDict: dataset_dict.json and the split's folder only
+    r = invoke("rlvr-data", ["gsm8k", "--split", "test", "--source", f"s3://{bucket}/saved/gsm8k/"])
+    assert r.code == 0 and len(r.records()) == 2, r.stderr
+    assert files("saved/gsm8k")[0] == "dataset_dict.json" and all(f.startswith("test/") for f in files("saved/gsm8k")[1:])
+    # a split that is not there: one line, nothing downloaded
+    for uri in (f"s3://{bucket}/saved/gsm8k/", f"s3://{bucket}/datasets/gsm8k/"):
+        before = files(uri.split(bucket + "/")[1].rstrip("/"))
+        r = invoke("rlvr-data", ["gsm8k", "--split", "validation", "--source", uri])
+        assert r.code == 1 and r.stderr.count("\n") == 1 and "'validation'" in r.stderr, r.stderr
+        assert files(uri.split(bucket + "/")[1].rstrip("/")) == before
+    # a split-less file: refused for gsm8k before it is fetched, under RLVR_S3_DATASETS and as --source
+    monkeypatch.setenv("RLVR_S3_DATASETS", f"s3://{bucket}/loose/")
+    for args in (["gsm8k", "--split", "test"], ["gsm8k", "--split", "test", "--source", f"s3://{bucket}/loose/gsm8k/"]):
+        r = invoke("rlvr-data", args)
+        assert r.code == 1 and f"s3://{bucket}/loose/gsm8k/data.jsonl" in r.stderr and "'test' split" in r.stderr, r.stderr
+    assert files("loose/gsm8k") == []
+
+
 def test_models_come_from_s3_once_and_hub_names_look_there_first(s3env, bucket, tmp_path, monkeypatch):
     from rlvr.models import resolve_model
     from rlvr.s3 import S3Transfer, download_folder_cached

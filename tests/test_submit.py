@@ -874,6 +874,16 @@ def test_missing_s3_inputs_are_listed_and_nothing_is_sent(aws, tmp_path, monkeyp
     bare = [a for a in args if not a.startswith("RLVR_S3_DATASETS=") and a != "--env"]
     r = invoke("rlvr-submit", [*bare, "--dry-run"])
     assert r.code == 1 and f"s3://{b}/datasets/gsm8k/ or" in r.stderr, r.stderr
+    # judged as the job's locate judges them: another split, or a file that names no split, is not there
+    where = f"dataset gsm8k (RLVR_S3_DATASETS) s3://{b}/datasets/gsm8k/ or s3://{b}/datasets/gsm8k_train/: "
+    aws.s3.put_object(Bucket=b, Key="datasets/gsm8k/test.jsonl", Body=b"{}\n")
+    r = invoke("rlvr-submit", [*bare, "--dry-run"])
+    assert r.code == 1 and where + "no 'train' split under these S3 prefixes" in r.stderr, r.stderr
+    aws.s3.delete_object(Bucket=b, Key="datasets/gsm8k/test.jsonl")
+    aws.s3.put_object(Bucket=b, Key="datasets/gsm8k/data.jsonl", Body=b"{}\n")   # stays: gsm8k_train/ wins below
+    r = invoke("rlvr-submit", [*bare, "--dry-run"])
+    assert r.code == 1 and where + f"s3://{b}/datasets/gsm8k/data.jsonl names no split, so it is not taken as " \
+        "the 'train' split" in r.stderr, r.stderr
     for key, body in (("datasets/gsm8k_train/train.jsonl", b"{}\n"), ("datasets/math/train.jsonl", b"{}\n"),
                       ("data/math.jsonl", b"{}\n"), ("curricula/gsm8k.txt", b"a\n"),
                       ("models/qwen/config.json", b"{}"), ("extra/x", b"x")):

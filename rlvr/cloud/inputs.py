@@ -14,8 +14,9 @@ calls (HeadObject, ListObjectsV2 of one key):
 - ``data.order`` (a curriculum file, or one per dataset of a mixture): an object;
 - each dataset of ``data.dataset`` / ``data.mix`` without a source, when the job's
   environment (``--env``) sets ``RLVR_S3_DATASETS`` and no ``--input data`` channel is
-  given: ``$RLVR_S3_DATASETS/NAME/`` or ``$RLVR_S3_DATASETS/NAME_<split>/`` (the order
-  rlvr.data.sources.locate looks in) holds something;
+  given: ``$RLVR_S3_DATASETS/NAME/`` or ``$RLVR_S3_DATASETS/NAME_<split>/`` holds the split,
+  judged from their listings as rlvr.data.sources.locate judges them (a split-named folder or
+  file; a file whose name names no split only for a dataset of one split);
 - ``teacher.model: s3://...`` (distillation): a folder holding ``config.json``;
 - validation (``eval.benchmarks``, ``eval.source``) and ``--eval-config`` (its ``benchmarks``
   and the ``--source`` values of its ``args``): s3:// sources as data sources above, and each
@@ -40,7 +41,9 @@ DATASETS_ENV = "RLVR_S3_DATASETS"
 class Input:
     what: str                   # where it is named: model.path, data.source.gsm8k, data.order, --input data
     uris: tuple[str, ...]       # any of them will do (a dataset's NAME/ or NAME_<split>/)
-    kind: str                   # model (a folder with config.json), data (object or folder), file, prefix
+    kind: str                   # model (a folder with config.json), data (object or folder), file, prefix, dataset
+    split: str | None = None    # dataset: the split the job reads
+    splitless: bool = True      # dataset: whether a file naming no split may serve it (Spec.serves_splitless)
 
 
 def _s3(value) -> bool:
@@ -118,9 +121,12 @@ def job_inputs(cfg, channels: dict[str, str], env: dict[str, str], eval_spec=Non
     seen = set()
     for who, name, split in wanted if base is not None else []:
         if name != "toy" and (name, split) not in seen:
+            from rlvr.data.catalog import SPECS, canonical
+
             seen.add((name, split))
+            spec = SPECS.get(canonical(name))
             out.append(Input(f"{who}dataset {name} ({DATASETS_ENV})", (f"{base}{name}/", f"{base}{name}_{split}/"),
-                             "prefix"))
+                             "dataset", split, spec.serves_splitless(split) if spec is not None else True))
     for name, uri in sorted(channels.items()):
         if _s3(uri):
             out.append(Input(f"--input {name}", (uri,), "prefix"))
@@ -160,6 +166,42 @@ def _exists(s3, uri: str, kind: str) -> str | None:
     return "holds no config.json (not a model folder)" if listed(folder) else "no such S3 folder"
 
 
+def _dataset_missing(s3, inp: Input) -> str | None:
+    """None when NAME/ or NAME_<split>/ (inp.uris) holds the split as the job's locate will
+    find it, else why not."""
+    from rlvr.data.sources import NAMED, SPLITLESS, probe_keys
+    from rlvr.s3 import parse_uri
+
+    fallback, anything = None, False
+    for i, uri in enumerate(inp.uris):
+        bucket, key = parse_uri(uri)
+        folder = key.rstrip("/") + "/"
+        keys = [o["Key"][len(folder):] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket,
+                                                                                                Prefix=folder)
+                for o in page.get("Contents", []) or [] if not o["Key"].endswith("/")]
+        anything = anything or bool(keys)
+
+        def saved() -> str | None:
+            import json
+
+            try:
+                body = s3.get_object(Bucket=bucket, Key=folder + "state.json")["Body"].read()
+                split = json.loads(body).get("_split")
+            except Exception:  # noqa: BLE001 - no state.json, or not JSON: no split recorded
+                return None
+            return split if isinstance(split, str) and split else None
+
+        status, _, what = probe_keys(keys, inp.split, i == 1, saved)
+        if status == NAMED:
+            return None
+        if status == SPLITLESS and fallback is None:
+            fallback = uri + what
+    if fallback is not None:
+        return None if inp.splitless else (f"{fallback} names no split, so it is not taken as the {inp.split!r} "
+                                           f"split (name it {inp.split}.jsonl, or use a NAME_{inp.split}/ folder)")
+    return f"no {inp.split!r} split under these S3 prefixes" if anything else "nothing under this S3 prefix"
+
+
 def _code(e: BaseException) -> str | None:
     from rlvr.cloud.aws import error_code
 
@@ -175,7 +217,9 @@ def missing(inputs: list[Input], s3, warn: Callable[[str], None]) -> list[str]:
     for inp in inputs:
         why = None
         try:
-            for uri in inp.uris:
+            if inp.kind == "dataset":
+                why = _dataset_missing(s3, inp)
+            for uri in inp.uris if inp.kind != "dataset" else ():
                 why = _exists(s3, uri, inp.kind)
                 if why is None:
                     break

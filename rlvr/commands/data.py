@@ -31,7 +31,11 @@ HELP = with_examples(
     kind, fetched into a local cache), else from $RLVR_S3_DATASETS/NAME/ when it holds the
     split, or $RLVR_S3_DATASETS/NAME_<split>/ (a folder of that split only, e.g. gsm8k_train/),
     else from the same two below $RLVR_DATA_DIR, else from the Hugging Face hub (MATH: its
-    seven subjects). lm-eval's tasks find their rows the same way (NAME: the task's dataset,
+    seven subjects). A source named after the split wins over a folder whose one file names
+    no split (gsm8k/data.jsonl); that file serves only a dataset of one split (humaneval) or
+    whose rows say their split (mbpp): for gsm8k it is an error naming the file and the split,
+    so the same rows never serve both training and test. From S3 only the split's files are
+    fetched, once the folder's listing shows it there. lm-eval's tasks find their rows the same way (NAME: the task's dataset,
     gsm8k, math, mbpp, humaneval or ifeval), both the evaluated and the few-shot split.
     Offline, a hub name fails with one line saying where else it looked and how to pass a
     local copy.

@@ -77,7 +77,8 @@ def raw_rows(name: str, split: str | None = None, source: str | None = None) -> 
     split = split or spec.default_split
     if spec.name == "toy":
         return toy_rows(512 if split == "train" else 64, seed=0 if split == "train" else 1), "toy"
-    loc = locate((spec.name, *spec.aliases), split, source)
+    splitless = spec.serves_splitless(split)
+    loc = locate((spec.name, *spec.aliases), split, source, splitless=splitless)
     if loc.path is None:
         hub_split = spec.hub_splits.get(split, split)
         rows = []
@@ -85,7 +86,7 @@ def raw_rows(name: str, split: str | None = None, source: str | None = None) -> 
             rows.extend(load_hub(spec.hub, hub_split, config, loc.tried, spec.name))
         where = f"hub:{spec.hub}"
     else:
-        rows = load_rows(loc.path, split, whole=loc.whole, dataset=spec.name)
+        rows = load_rows(loc.path, split, whole=loc.whole, dataset=spec.name, splitless=splitless)
         where = loc.label
     if spec.split_filter is not None and rows and "task_id" in rows[0]:
         rows = [r for r in rows if spec.split_filter(r, split)]

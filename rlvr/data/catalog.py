@@ -29,6 +29,13 @@ class Spec:
     solution: Callable[[dict], str] | None = None            # worked solution, for few-shot
     hub_configs: tuple[str, ...] = ()  # hub configurations loaded one by one and concatenated
     aliases: tuple[str, ...] = ()      # other names of the dataset (configs, folders on S3 and in RLVR_DATA_DIR)
+    splits: tuple[str, ...] = ()       # its splits, when it has more than default_split: a file whose name names
+    #                                    no split (gsm8k/data.jsonl) then serves none of them (rlvr.data.sources)
+
+    def serves_splitless(self, split: str) -> bool:
+        """Whether a file whose name names no split may hold `split`'s rows: the dataset has that
+        one split, or its rows say their split (split_filter: MBPP's one file)."""
+        return self.split_filter is not None or (not self.splits and split == self.default_split)
 
 
 class RowError(ValueError):
@@ -250,14 +257,15 @@ MATH_SUBJECTS = ("algebra", "counting_and_probability", "geometry", "intermediat
 
 SPECS: dict[str, Spec] = {s.name: s for s in [
     Spec("gsm8k", "openai/gsm8k", "main", "math", "test", _gsm8k, template="qa", fewshot_split="train",
-         solution=_gsm8k_solution),
+         solution=_gsm8k_solution, splits=("train", "test")),
     # one hub configuration per subject, none for all: the seven are loaded in this order
     Spec("math", "EleutherAI/hendrycks_math", None, "math", "test", _math, template="boxed", fewshot_split="train",
-         solution=_math_solution, hub_configs=MATH_SUBJECTS),
+         solution=_math_solution, hub_configs=MATH_SUBJECTS, splits=("train", "test")),
     Spec("math500", "HuggingFaceH4/MATH-500", None, "math", "test", _math500, template="boxed",
          solution=_math_solution),
     Spec("mbpp", "google-research-datasets/mbpp", "full", "code", "test", _mbpp, template="mbpp",
-         fewshot_split="prompt", split_filter=_mbpp_split),
+         fewshot_split="prompt", split_filter=_mbpp_split,
+         splits=("train", "test", "validation", "prompt")),
     Spec("humaneval", "openai/openai_humaneval", None, "code", "test", _humaneval, template="humaneval"),
     Spec("ifeval", "google/IFEval", None, "ifeval", "train", _ifeval),
     Spec("if_multi", "allenai/IF_multi_constraints_upto5", None, "if_multi", "train", _if_multi,
@@ -268,9 +276,10 @@ SPECS: dict[str, Spec] = {s.name: s for s in [
     Spec("aime", "AI-MO/aimo-validation-aime", None, "math", "train", _competition("aime"), template="minerva"),
     Spec("beyondaime", "ByteDance-Seed/BeyondAIME", None, "math", "test", _competition("beyondaime"),
          template="minerva"),
-    Spec("apps", "codeparrot/apps", None, "code", "test", _apps, template="plain"),
+    Spec("apps", "codeparrot/apps", None, "code", "test", _apps, template="plain", splits=("train", "test")),
     Spec("rlvr_ifeval", "allenai/RLVR-IFeval", None, "if_functions", "train", _rlvr_ifeval),
-    Spec("mmlu", "cais/mmlu", "all", "choice", "test", _mmlu, template="mmlu"),
+    Spec("mmlu", "cais/mmlu", "all", "choice", "test", _mmlu, template="mmlu",
+         splits=("test", "validation", "dev", "auxiliary_train")),
     Spec("toy", "", None, "math", "train", _toy, template="plain"),
     # the verifier is each row's own (its `dataset` column); --source names any of AllenAI's mixtures
     Spec("allenai", "allenai/RLVR-GSM-MATH-IF-Mixed-Constraints", None, "", "train", _allenai, template="plain"),

@@ -11,8 +11,15 @@
 every command (rlvr-data, rlvr-eval and its lm-eval tasks, rlvr-train, the job image): the
 source given (`--source`), else $RLVR_S3_DATASETS/NAME/ and then $RLVR_S3_DATASETS/NAME_<split>/
 (the layout of `datasets.save_to_disk` folders of one split, e.g. `gsm8k_train/`), else the same
-two below $RLVR_DATA_DIR, else the Hugging Face hub. A NAME/ folder counts only when it holds
-the split asked for. Every loader returns a list of plain dicts. A hub name that cannot be
+two below $RLVR_DATA_DIR (a $RLVR_DATA_DIR that is no folder is one error line, for every
+command), else the Hugging Face hub. A NAME/ folder counts only when it holds the split asked
+for. A source named after the split (NAME_<split>/, NAME/<split>.jsonl, a saved DatasetDict with
+the split) wins, wherever it is, over a NAME/ folder whose one file names no split
+(NAME/data.jsonl) or a saved Dataset of no split; such a split-less copy serves a split only
+for a dataset of one split (HumanEval) or whose rows say their split (MBPP), else it is one
+error line naming the file and the split: the same rows never serve two splits (train on
+test). An S3 folder's listing is checked for the split first, and only the split's files are
+fetched. Every loader returns a list of plain dicts. A hub name that cannot be
 reached fails with one line saying where else rows were looked for and how to pass a local
 copy; the hub libraries' own retries and warnings never reach the terminal.
 """
@@ -24,7 +31,8 @@ import glob
 import json
 import logging
 import os
-from collections.abc import Iterator, Sequence
+import re
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from rlvr.errors import Failure
@@ -96,19 +104,47 @@ def _one_format(files: list[str]) -> list[str]:
     return []
 
 
-def _split_files(folder: str, split: str | None) -> list[str]:
+def _stem(f: str) -> str:
+    return os.path.basename(f).split(".")[0]
+
+
+def _has_word(name: str, word: str) -> bool:
+    """Whether a file name holds `word` not as the tail of a longer word: gsm8k_test.jsonl,
+    test-00000.parquet and testset.jsonl hold "test"; latest.jsonl and contest.jsonl do not,
+    nor does pretrain.jsonl hold "train"."""
+    return re.search(rf"(?<![a-z]){re.escape(word.lower())}", name.lower()) is not None
+
+
+def _named_split(files: Sequence[str], split: str) -> list[str]:
+    """The files of `split` among data files (test.jsonl, test-00000-of-00001.parquet, a name
+    holding the split's name), of one format."""
+    low = split.lower()
+    found = [f for f in files if _stem(f).lower() == low or _stem(f).lower().startswith(f"{low}-")]
+    if not found:
+        found = [f for f in files if _has_word(os.path.basename(f), split)]
+    return _one_format(found)
+
+
+def _splitless(files: Sequence[str]) -> str | None:
+    """The dataset's one data file when its name names no split (data.jsonl, mbpp.jsonl,
+    HumanEval.jsonl), else None."""
+    if len(files) == 1 and not any(_has_word(_stem(files[0]), w) for w in SPLIT_WORDS):
+        return files[0]
+    return None
+
+
+def _split_files(folder: str, split: str | None, splitless: bool = True) -> list[str]:
+    """The data files of `split` below a folder; with `splitless`, the folder's one file whose
+    name names no split when no file names the split."""
     files = _all_files(folder)
     if not files:
         return []
     if split is None:
         return files if len(files) == 1 else []
-    base = lambda f: os.path.basename(f).split(".")[0]  # noqa: E731
-    found = [f for f in files if base(f) == split or base(f).startswith(f"{split}-")]
-    if not found:
-        found = [f for f in files if split in os.path.basename(f)]
-    if not found and len(files) == 1 and not any(w in base(files[0]).lower() for w in SPLIT_WORDS):
-        found = files   # the dataset's one file (mbpp.jsonl, HumanEval.jsonl): its rows serve every split
-    return _one_format(found)
+    found = _named_split(files, split)
+    if not found and splitless and _splitless(files):
+        found = files   # the dataset's one file (mbpp.jsonl, HumanEval.jsonl)
+    return found
 
 
 def _data_files(folder: str) -> list[str]:
@@ -130,18 +166,41 @@ def _saved_split(folder: str) -> str | None:
     return split if isinstance(split, str) and split else None
 
 
-def has_split(folder: str, split: str) -> bool:
-    """Whether a local folder holds rows of `split`: a split file, a saved DatasetDict with it,
-    or a saved Dataset that does not say it holds another split."""
+NAMED, SPLITLESS = "named", "splitless"
+
+
+def split_status(folder: str, split: str) -> str | None:
+    """How a local folder holds rows of `split`: NAMED (a file named after the split, a saved
+    DatasetDict with it, a saved Dataset whose state says it is that split), SPLITLESS (its one
+    data file names no split, or a saved Dataset says no split: rows of no split in particular),
+    or None (not at all)."""
     if os.path.isfile(os.path.join(folder, "dataset_dict.json")):
         try:
             with open(os.path.join(folder, "dataset_dict.json"), encoding="utf-8") as fh:
-                return split in (json.load(fh).get("splits") or [])
+                return NAMED if split in (json.load(fh).get("splits") or []) else None
         except (OSError, ValueError, AttributeError):
-            return False
+            return None
     if os.path.isfile(os.path.join(folder, "dataset_info.json")):
-        return _saved_split(folder) in (None, split)
-    return bool(_split_files(folder, split))
+        saved = _saved_split(folder)
+        return NAMED if saved == split else SPLITLESS if saved is None else None
+    files = _all_files(folder)
+    if _named_split(files, split):
+        return NAMED
+    return SPLITLESS if _splitless(files) else None
+
+
+def has_split(folder: str, split: str) -> bool:
+    """Whether a local folder holds rows named as `split` (split_status NAMED)."""
+    return split_status(folder, split) == NAMED
+
+
+def splitless_error(what: str, split: str, dataset: str) -> SourceError:
+    """The one line for a split-less file (or saved Dataset) asked for one split of a dataset
+    that has several."""
+    why = "its name says no split" if what.endswith(EXTS) else "a saved Dataset that records no split"
+    return SourceError(f"{what}: {why}, so it is not taken as {dataset}'s {split!r} split "
+                       f"(a dataset with several splits): name it {split}.jsonl (or {split}-*.parquet ...), "
+                       f"put it in a {dataset}_{split}/ folder, or give the file itself with --source")
 
 
 def looks_like_path(source: str) -> bool:
@@ -170,24 +229,31 @@ def check_data_dir() -> None:
 
 
 def load_rows(source: str, split: str | None = None, config: str | None = None, whole: bool = False,
-              dataset: str = "NAME") -> list[dict]:
+              dataset: str = "NAME", splitless: bool = True) -> list[dict]:
     """Raw rows of a dataset from a file, folder, s3:// URI or hub name (in that order). With
     `whole`, a folder holds the split's rows only (NAME_<split>/): all of its rows are read.
-    A value that looks like a path (looks_like_path) and does not exist is "no such file or
-    folder", never a hub name; `dataset` names the folders the hub's failure suggests."""
+    Without `splitless`, a folder's one file whose name names no split (or a saved Dataset of
+    no split) does not serve `split` (splitless_error). An s3:// folder has its listing checked
+    for the split first: only the split's files are fetched. A value that looks like a path
+    (looks_like_path) and does not exist is "no such file or folder", never a hub name;
+    `dataset` names the folders the hub's failure suggests."""
+    label = source
     if source.startswith("s3://"):
-        from rlvr.s3 import fetch_cached
-
-        # an object (a file), or a folder: split files or a datasets.save_to_disk folder
-        source = fetch_cached(source)
+        source = _fetch_s3(source, split, whole, splitless, dataset)
     if os.path.isfile(source):
         return _read_file(source)
     if os.path.isdir(source):
         if _is_saved(source):
+            if not whole and split is not None and not splitless and split_status(source, split) == SPLITLESS:
+                raise splitless_error(label, split, dataset)
             return _load_from_disk(source, None if whole else split)
-        files = _data_files(source) if whole else _split_files(source, split)
+        files = _data_files(source) if whole else _split_files(source, split, splitless)
         if not files:
-            raise SourceError(f"{source}: no data file for split {split!r} (looked for {split}.jsonl, "
+            one = _splitless(_all_files(source)) if split is not None else None
+            if one is not None:
+                raise splitless_error(one if label == source else label.rstrip("/") + "/" + os.path.relpath(one, source),
+                                      split, dataset)
+            raise SourceError(f"{label}: no data file for split {split!r} (looked for {split}.jsonl, "
                               f"{split}-*.parquet, ... below the folder)")
         rows: list[dict] = []
         for f in files:
@@ -208,6 +274,9 @@ def _load_from_disk(path: str, split: str | None) -> list[dict]:
     saved = _saved_split(path) if not os.path.isfile(os.path.join(path, "dataset_dict.json")) else None
     if split is not None and saved is not None and saved != split:
         raise SourceError(f"{path}: a saved {saved!r} split, not {split!r} (choose it with --split {saved})")
+    if split is not None and has_split(path, split) and os.path.isfile(os.path.join(path, "dataset_dict.json")) \
+            and os.path.isdir(os.path.join(path, split)):
+        path = os.path.join(path, split)    # that split alone (the others need not have been fetched)
     with _quiet_hub():
         ds = datasets.load_from_disk(path)
     if isinstance(ds, datasets.DatasetDict):
@@ -231,43 +300,133 @@ class Location:
     tried: tuple[str, ...] = field(default=())   # the places that held nothing for the split
 
 
-def _s3_folder(uri: str) -> str | None:
-    """The local copy of an S3 folder, or None when the prefix holds nothing."""
-    from rlvr.s3 import S3Error, download_folder_cached
+def _s3_keys(uri: str) -> list[str]:
+    """The keys below an S3 folder (relative), [] when nothing is there."""
+    from rlvr.s3 import list_folder
 
-    try:
-        return download_folder_cached(uri)
-    except S3Error as e:
-        if e.code == "NoSuchKey":
-            return None
-        raise
+    return list_folder(uri)
 
 
-def locate(names: Sequence[str], split: str, source: str | None = None) -> Location:
+def _data_keys(keys: Sequence[str]) -> list[str]:
+    return [k for k in keys if k.endswith(EXTS) and not any(p.startswith(".") for p in k.split("/"))]
+
+
+def probe_keys(keys: Sequence[str], split: str | None, whole: bool,
+               saved_split: Callable[[], str | None]) -> tuple[str | None, list[str], str]:
+    """How a remote folder holds `split`, from its listing (`keys`, relative to it): (NAMED,
+    SPLITLESS or None, the keys to fetch for it, the split-less key, or "" for a saved Dataset
+    of no split). saved_split(): the split a saved Dataset's state.json records, asked only for
+    such a folder. `whole`: a NAME_<split>/ folder, every key of it is the split's."""
+    if not keys:
+        return None, [], ""
+    if whole or split is None:
+        return NAMED, list(keys), ""
+    if "dataset_dict.json" in keys:
+        mine = [k for k in keys if k.startswith(f"{split}/")]
+        return (NAMED, ["dataset_dict.json", *mine], "") if mine else (None, [], "")
+    if "dataset_info.json" in keys:
+        saved = saved_split()
+        status = NAMED if saved == split else SPLITLESS if saved is None else None
+        return status, list(keys) if status else [], ""
+    data = _data_keys(keys)
+    named = _named_split(data, split)
+    if named:
+        return NAMED, named, ""
+    one = _splitless(data)
+    return (SPLITLESS, [one], one) if one else (None, [], "")
+
+
+def _s3_probe(uri: str, split: str | None, whole: bool) -> tuple[str | None, list[str], str]:
+    """probe_keys of an S3 folder (a saved Dataset's state.json is the one file fetched to
+    tell its split); the split-less thing named by its URI."""
+    from rlvr.s3 import download_folder_cached
+
+    uri = uri.rstrip("/") + "/"
+    keys = _s3_keys(uri)
+
+    def saved() -> str | None:
+        return _saved_split(download_folder_cached(uri, only=[k for k in ("state.json", "dataset_info.json")
+                                                               if k in keys]))
+
+    status, needed, what = probe_keys(keys, split, whole, saved)
+    return status, needed, uri + what
+
+
+def _fetch_s3(source: str, split: str | None, whole: bool, splitless: bool, dataset: str) -> str:
+    """The local copy of an s3:// object, or of the files of `split` in an s3:// folder (its
+    listing checked first: a split it lacks is one line before any download)."""
+    from rlvr.s3 import download_cached, download_folder_cached
+    from rlvr.s3.transfer import S3Transfer
+    from rlvr.s3.uri import parse_uri
+
+    bucket, key = parse_uri(source)
+    if key and not key.endswith("/"):
+        t = S3Transfer(workers=1)
+        try:
+            if t.head(bucket, key) is not None:
+                return download_cached(source, transfer=t)
+        finally:
+            t.close()
+    status, needed, what = _s3_probe(source, split, whole)
+    if status is None:
+        if not _s3_keys(source.rstrip("/") + "/"):
+            from rlvr.s3 import S3Error
+
+            raise S3Error(f"not found: nothing under {source.rstrip('/')}/", "NoSuchKey")
+        raise SourceError(f"{source}: no data file for split {split!r} (looked for {split}.jsonl, "
+                          f"{split}-*.parquet, ... below the folder)")
+    if status == SPLITLESS and not splitless:
+        raise splitless_error(what, split or "", dataset)
+    return download_folder_cached(source.rstrip("/") + "/", only=needed)
+
+
+def locate(names: Sequence[str], split: str, source: str | None = None, splitless: bool = False) -> Location:
     """Where the rows of `split` of the dataset called `names` (its name first, then other
     names it goes by) come from: `source` when given, else $RLVR_S3_DATASETS/NAME/ (when it
     holds the split) or $RLVR_S3_DATASETS/NAME_<split>/, else the same below $RLVR_DATA_DIR,
-    else the hub (a Location whose path is None, listing the places tried)."""
+    else the hub (a Location whose path is None, listing the places tried).
+
+    A folder whose files are named after the split (NAME_<split>/, NAME/<split>.jsonl, a saved
+    DatasetDict with the split) wins, wherever it is, over a NAME/ folder whose one file names
+    no split (NAME/data.jsonl) or a saved Dataset of no split: that serves `split` only when
+    `splitless` (the dataset has one split, or its rows say their split), else it is one
+    SourceError naming the file and the split. From S3 only the split's files are fetched."""
     if source is not None:
         return Location(source, source)
+    check_data_dir()
     tried: list[str] = []
+    fallback: tuple[str, str, Callable[[], str]] | None = None    # (where, the split-less file, fetch it)
     s3 = os.environ.get("RLVR_S3_DATASETS", "").strip()
     local = os.environ.get("RLVR_DATA_DIR", "").strip()
-    for base, fetch in ((s3.rstrip("/") + "/" if s3 else "", _s3_folder), (local, _local_folder)):
+    for base, on_s3 in ((s3.rstrip("/") + "/" if s3 else "", True), (local, False)):
         if not base:
             continue
         for name in names:
             for folder, whole in ((name, False), (f"{name}_{split}", True)):
-                where = base + folder + "/" if fetch is _s3_folder else os.path.join(base, folder)
-                path = fetch(where)
-                if path is not None and (whole or has_split(path, split)):
-                    return Location(path, where, whole)
+                if on_s3:
+                    where = base + folder + "/"
+                    status, needed, what = _s3_probe(where, split, whole)
+
+                    def fetch(where=where, needed=needed) -> str:
+                        from rlvr.s3 import download_folder_cached
+
+                        return download_folder_cached(where, only=needed)
+                else:
+                    where = os.path.join(base, folder)
+                    status = None if not os.path.isdir(where) else NAMED if whole else split_status(where, split)
+                    what = (_splitless(_all_files(where)) or where) if status == SPLITLESS else ""
+                    fetch = (lambda where=where: where)
+                if status == NAMED:
+                    return Location(fetch(), where, whole)
+                if status == SPLITLESS and fallback is None:
+                    fallback = (where, what, fetch)
                 tried.append(where)
+    if fallback is not None:
+        where, what, fetch = fallback
+        if not splitless:
+            raise splitless_error(what, split, names[0])
+        return Location(fetch(), where, True)
     return Location(None, "hub", tried=tuple(tried))
-
-
-def _local_folder(path: str) -> str | None:
-    return path if os.path.isdir(path) else None
 
 
 @contextlib.contextmanager

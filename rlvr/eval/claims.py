@@ -4,7 +4,7 @@
     with claims:                           # a thread refreshes this process's claims (the heartbeat)
         if claims.acquire("evals/run_a/gsm8k_8shot"):
             ...evaluate...
-            claims.release("evals/run_a/gsm8k_8shot")
+            claims.release("evals/run_a/gsm8k_8shot", done=True)   # finished: its claim is removed
 
 A unit's claim lives in its own folder as numbered files, ``.rlvr-claim.<N>``; the highest N is
 the current claim. A file is created complete and atomically: a private temporary file is
@@ -34,6 +34,15 @@ counter that a thread of the owner increments every interval. Another process ju
   is `grace` s old, or once this process has seen it unchanged and unreadable for `grace` s by
   its own monotonic clock (whichever comes first; the second needs no agreement of clocks).
   It is then taken over like any dead claim, by writing the next generation atomically.
+
+Claim files do not pile up: the generations below one's own are superseded (their owners are
+dead, or see the higher one at their next beat and stop), so a process that has written
+generation N removes the lower ones, and temporary files a writer that died left behind once
+they are `grace` s old; the highest generation is never removed by anyone but its owner. At
+the end of a unit that finished (its results are there), the owner removes its own claim too:
+a finished unit has no claim file left, and is never run again because a scheduler looks for
+its results after taking its claim (rlvr.eval.jobs). A failed or interrupted unit keeps one
+claim, released.
 """
 
 from __future__ import annotations
@@ -209,9 +218,15 @@ class Claims:
             if e.errno in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.EMLINK):
                 return self._create_exclusive(path, record)   # a filesystem without hard links
             # NFS may report a failed link that happened: the link count says which
-            return os.stat(tmp).st_nlink == 2
+            try:
+                return os.stat(tmp).st_nlink == 2
+            except OSError:
+                return False    # the temporary file is gone (pruned as a dead writer's): not claimed
         finally:
-            os.unlink(tmp)
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
 
     @staticmethod
     def _create_exclusive(path: str, record: dict) -> bool:
@@ -251,10 +266,12 @@ class Claims:
             self.log(f"{folder}: took over the claim of {describe(c.owner)}, which is no longer running")
         with self._lock:
             self.mine[folder] = record
+        self.prune(folder, gen)
         return True
 
-    def release(self, folder: str, failed: bool = False) -> None:
-        """Give a unit up (done, failed or interrupted): others may claim it at once."""
+    def release(self, folder: str, failed: bool = False, done: bool = False) -> None:
+        """Give a unit up (failed or interrupted; `done`: finished, its results written): others
+        may claim it at once. The claim of a finished unit is removed (prune)."""
         with self._lock:
             record = self.mine.pop(folder, None)
             if record is None:
@@ -265,6 +282,30 @@ class Claims:
                     self._rewrite(c.path, {**record, "released": True, "failed": failed, "time": time.time()})
                 except OSError:
                     pass
+                self.prune(folder, c.gen + 1 if done and not failed else c.gen)
+
+    def prune(self, folder: str, below: int) -> None:
+        """Remove the claim files of generations below `below` (superseded by this process's
+        own, or, one above it, this process's own released claim of a finished unit), and
+        temporary files at least `grace` s old (left by a writer that died)."""
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            return
+        now = time.time()
+        for n in names:
+            if not n.startswith(PREFIX):
+                continue
+            rest = n[len(PREFIX):]
+            path = os.path.join(folder, n)
+            try:
+                if rest.isdigit():
+                    if int(rest) < below:
+                        os.unlink(path)
+                elif n.endswith(".tmp") and now - os.stat(path).st_mtime >= self.grace:
+                    os.unlink(path)
+            except OSError:
+                pass   # removed by another process meanwhile, or not ours to remove
 
     def beat(self) -> None:
         """Refresh every claim this process holds; a claim another took over is lost."""

@@ -19,7 +19,8 @@ One concern per module; the public names are importable from ``rlvr.s3`` itself:
     sync       push and pull of folders (filters, --delete, dry runs, model.tar.gz unpacking)
     watch      watch: keep local copies of running jobs' traces fresh; the cron lock
     cache      download_cached, download_folder_cached: s3:// objects and folders (models, datasets)
-               in a local cache, fetched again only when changed; cached_folder_version
+               in a local cache, fetched again only when changed; cached_folder_version;
+               list_folder, and download_folder_cached(only=...) for the files of one split
     uploader   BackgroundUploader: uploads for rlvr-train on a daemon thread
 
 Errors are rlvr.errors.S3Error (a Failure, exit 1) and S3UsageError (a UsageError, exit 2).
@@ -45,7 +46,7 @@ What it guarantees:
 """
 
 from rlvr.errors import S3Error, S3UsageError
-from rlvr.s3.cache import cached_folder_version, download_cached, download_folder_cached, fetch_cached
+from rlvr.s3.cache import cached_folder_version, download_cached, download_folder_cached, fetch_cached, list_folder
 from rlvr.s3.checksums import (DEFAULT_PART_SIZE, DEFAULT_THRESHOLD, MAX_PARTS, MIN_PART_SIZE, PART_SIZE_META, MiB,
                                file_etag, local_matches, part_size_for, snapshot_size)
 from rlvr.s3.client import make_client
@@ -57,6 +58,7 @@ from rlvr.s3.watch import WATCH_FILES, WATCH_LOCK, WATCH_STATE, LockHeld, WatchL
 
 __all__ = [
     "S3Error", "S3UsageError", "cached_folder_version", "download_cached", "download_folder_cached", "fetch_cached",
+    "list_folder",
     "DEFAULT_PART_SIZE",
     "DEFAULT_THRESHOLD", "MAX_PARTS", "MIN_PART_SIZE", "PART_SIZE_META", "MiB", "file_etag", "local_matches",
     "part_size_for", "snapshot_size", "make_client", "STATE_FILE", "UNPACK", "SyncReport", "job_dir_for",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 
 from rlvr.errors import S3Error, S3UsageError
 from rlvr.s3._util import read_json, write_json
@@ -54,8 +55,22 @@ def download_cached(uri: str, cache_dir: str | None = None, *, transfer: S3Trans
             t.close()
 
 
+def list_folder(uri: str, *, transfer: S3Transfer | None = None, endpoint_url: str | None = None) -> list[str]:
+    """The keys below an s3:// prefix (a folder), relative to it, in key order; folder markers
+    left out; [] when nothing is there. One LIST (all pages)."""
+    bucket, key = parse_uri(uri)
+    prefix = key.rstrip("/") + "/" if key.strip("/") else ""
+    t = transfer or S3Transfer(endpoint_url=endpoint_url, workers=4)
+    try:
+        return [o.key[len(prefix):] for o in t.list(bucket, prefix)
+                if o.key[len(prefix):] and not o.key.endswith("/")]
+    finally:
+        if transfer is None:
+            t.close()
+
+
 def download_folder_cached(uri: str, cache_dir: str | None = None, *, transfer: S3Transfer | None = None,
-                           endpoint_url: str | None = None) -> str:
+                           endpoint_url: str | None = None, only: Collection[str] | None = None) -> str:
     """Download every object under an s3:// prefix (a folder) into the cache; return the folder.
 
     For a model (``s3://bucket/models/Qwen3-1.7B-Base/``) or a ``datasets.save_to_disk``
@@ -64,6 +79,11 @@ def download_folder_cached(uri: str, cache_dir: str | None = None, *, transfer: 
     prefix no longer holds are removed, and the folder is marked complete only once all of it
     is there. Processes that share the cache wait for each other (a lock file beside the
     folder), so a node's ranks download a model once. Raises S3Error when nothing is there.
+
+    `only`: the keys (relative to the prefix) to fetch, e.g. one split of a dataset folder; the
+    others are not downloaded (copies of them fetched before stay while the prefix still holds
+    them unchanged), and S3Error NoSuchKey is raised, before any download, when the prefix
+    holds none of them.
     """
     import fcntl
 
@@ -90,7 +110,13 @@ def download_folder_cached(uri: str, cache_dir: str | None = None, *, transfer: 
             objects.append((sub, local, o))
         if not objects:
             raise S3Error(f"not found: nothing under {uri.rstrip('/')}/", "NoSuchKey")
-        want = {sub: {"etag": o.etag, "size": o.size} for sub, _, o in objects}
+        listed = objects
+        if only is not None:
+            objects = [x for x in objects if x[0] in set(only)]
+            if not objects:
+                raise S3Error(f"not found: none of {', '.join(sorted(only)) or 'the keys asked'} under "
+                              f"{uri.rstrip('/')}/", "NoSuchKey")
+        want = {sub: {"etag": o.etag, "size": o.size} for sub, _, o in listed}
         with open(os.path.join(parent, f".{name}.s3folder.lock"), "a") as lock:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # released when the file closes (or the process dies)
             done = read_json(marker)
@@ -106,14 +132,17 @@ def download_folder_cached(uri: str, cache_dir: str | None = None, *, transfer: 
                 t.download(bucket, o.key, path, o)
                 files[sub] = {**want[sub], "mtime_ns": os.stat(path).st_mtime_ns}
                 write_json(marker, {"uri": f"s3://{bucket}/{prefix}", "files": files, "complete": False})
-            keep = {os.path.join(folder, local) for _, local, _ in objects}
+            # kept: what this call fetched, and earlier copies of objects the prefix still holds unchanged
+            files = {k: v for k, v in files.items() if k in want and isinstance(v, dict)
+                     and {f: v.get(f) for f in ("etag", "size")} == want[k]}
+            keep = {os.path.join(folder, local) for sub, local, _ in listed if sub in files}
             for d, _, fs in os.walk(folder):
                 for f in fs:
                     p = os.path.join(d, f)
                     if p not in keep and not f.startswith("."):
                         os.unlink(p)  # the prefix no longer holds it (a shard of an older version)
-            files = {k: v for k, v in files.items() if k in want}
-            write_json(marker, {"uri": f"s3://{bucket}/{prefix}", "files": files, "complete": True})
+            write_json(marker, {"uri": f"s3://{bucket}/{prefix}", "files": files,
+                                "complete": len(files) == len(want)})
         return folder
     finally:
         if transfer is None:
