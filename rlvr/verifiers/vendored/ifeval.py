@@ -30,6 +30,10 @@ kept (the four unregistered ones upstream are dropped). Changes for rlvr:
 - ``LetterFrequencyChecker`` takes any single character literally (see the comment there).
 - A failed language detection is logged at debug level instead of error (it printed the
   whole response on every failure); it still counts as followed, as upstream.
+- The placeholder, bullet-list, postscript and title checks give upstream's results in
+  linear time: their regular expressions take quadratic time on crafted responses (a line
+  of ``[``, a long run of blank lines) and are evaluated by ``if_checks.patterns`` or
+  reduced to an equivalent search.
 """
 
 import collections
@@ -39,7 +43,7 @@ import re
 import string
 from collections.abc import Sequence
 
-from rlvr.verifiers.if_checks import nlp
+from rlvr.verifiers.if_checks import nlp, patterns
 from rlvr.verifiers.vendored import util
 from rlvr.verifiers.if_checks.nlp import RNG as rng
 
@@ -310,8 +314,8 @@ class PlaceholderChecker(Instruction):
           True if the actual number of placeholders in the response is greater than
           or equal to `num_placeholders`; otherwise, False.
         """
-        placeholders = re.findall(r"\[.*?\]", value)
-        num_placeholders = len(placeholders)
+        # rlvr: len(re.findall(r"\[.*?\]", value)) in linear time (see if_checks.patterns)
+        num_placeholders = patterns.count_bracketed(value)
         return num_placeholders >= self._num_placeholders
 
 
@@ -358,9 +362,9 @@ class BulletListChecker(Instruction):
           True if the actual number of bullet lists in the response meets the
           requirement.
         """
-        bullet_lists = re.findall(r"^\s*\*[^\*].*$", value, flags=re.MULTILINE)
-        bullet_lists_2 = re.findall(r"^\s*-.*$", value, flags=re.MULTILINE)
-        num_bullet_lists = len(bullet_lists) + len(bullet_lists_2)
+        # rlvr: the counts of re.findall(r"^\s*\*[^\*].*$") and (r"^\s*-.*$") (MULTILINE)
+        # in linear time (see if_checks.patterns)
+        num_bullet_lists = patterns.count_marked_lines(value, "*") + patterns.count_marked_lines(value, "-")
         return num_bullet_lists == self._num_bullets
 
 
@@ -637,7 +641,11 @@ class PostscriptChecker(Instruction):
             postscript_pattern = r"\s*p\.\s?s\..*$"
         else:
             postscript_pattern = r"\s*" + self._postscript_marker.lower() + r".*$"
-        postscript = re.findall(postscript_pattern, value, flags=re.MULTILINE)
+        # rlvr: re.findall(r"\s*" + X + r".*$", MULTILINE) finds something exactly when X
+        # occurs (the \s* may match nothing, .*$ always matches); searching for X alone
+        # avoids rescanning a long run of whitespace from each of its positions.
+        postscript = re.search(postscript_pattern.removeprefix(r"\s*").removesuffix(r".*$"), value,
+                               flags=re.MULTILINE)
         return bool(postscript)
 
 
@@ -1129,9 +1137,8 @@ class TitleChecker(Instruction):
 
     def check_following(self, value):
         """Checks if the response contains a title."""
-        pattern = r"<<[^\n]+>>"
-        re_pattern = re.compile(pattern)
-        titles = re.findall(re_pattern, value)
+        # rlvr: re.findall(r"<<[^\n]+>>", value) in linear time (see if_checks.patterns)
+        titles = patterns.titles(value)
 
         return any(title.lstrip("<").rstrip(">").strip() for title in titles)
 
