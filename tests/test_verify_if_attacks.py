@@ -65,3 +65,16 @@ def test_if_functions_placeholder_and_title_are_linear():
     assert not if_functions.validate_placeholders("[" * _BIG, 1)
     assert not if_functions.validate_title("<" * _BIG)
     assert if_functions.validate_title("<" * _BIG + ">>")
+
+
+# --- gamed or pathological formats --------------------------------------------------------
+
+@pytest.mark.parametrize("text, ok", [
+    ("[" * 100_000 + "]" * 100_000, False),  # too deep for Python's parser: not followed, not a crash
+    ('```json\n{"a": 1}\n```', True),
+    ('```json\n{"a": 1}\n```\nHope this helps!', False),
+    ('{"a": 1} and some trailing text', False),
+])
+def test_json_format_verdicts(text, ok):
+    strict, loose, errors = evaluate("ifeval", ["detectable_format:json_format"], [{}], text)
+    assert errors == [] and strict == [ok]

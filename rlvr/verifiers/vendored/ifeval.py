@@ -34,6 +34,8 @@ kept (the four unregistered ones upstream are dropped). Changes for rlvr:
   linear time: their regular expressions take quadratic time on crafted responses (a line
   of ``[``, a long run of blank lines) and are evaluated by ``if_checks.patterns`` or
   reduced to an equivalent search.
+- JSON nested too deeply for Python's parser (a RecursionError upstream, which stops the
+  whole evaluation) is not followed.
 """
 
 import collections
@@ -849,7 +851,7 @@ class JsonFormat(Instruction):
         )
         try:
             json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):  # rlvr: nesting too deep for Python's parser is not followed
             return False
         return True
 
