@@ -78,3 +78,60 @@ def test_if_functions_placeholder_and_title_are_linear():
 def test_json_format_verdicts(text, ok):
     strict, loose, errors = evaluate("ifeval", ["detectable_format:json_format"], [{}], text)
     assert errors == [] and strict == [ok]
+
+
+# --- malformed ground truth ---------------------------------------------------------------
+
+@pytest.mark.parametrize("iid, kwargs, field", [
+    ("keywords:existence", {"keywords": "cat"}, "keywords"),  # upstream checked the letters c, a, t
+    ("keywords:existence", {"keywords": ["cat", 3]}, "keywords"),
+    ("keywords:forbidden_words", {"forbidden_words": 0}, "forbidden_words"),  # upstream drew random words
+    ("length_constraints:number_words", {"num_words": True, "relation": "at least"}, "num_words"),
+    ("length_constraints:number_words", {"num_words": float("nan"), "relation": "at least"}, "num_words"),
+    ("length_constraints:number_words", {"num_words": "300", "relation": "less than"}, "num_words"),
+    ("detectable_format:number_bullet_lists", {"num_bullets": [3]}, "num_bullets"),
+    ("startend:end_checker", {"end_phrase": 42}, "end_phrase"),
+    ("detectable_content:postscript", {"postscript_marker": {"x": 1}}, "postscript_marker"),
+])
+def test_kwargs_of_the_wrong_kind_are_bad_ground_truth(iid, kwargs, field):
+    rec = {"verifier": "ifeval", "instruction_id_list": [iid], "kwargs": [kwargs]}
+    v = get("ifeval")
+    where, problem = v.check_record(rec)
+    assert where == "kwargs" and repr(field) in problem and iid in problem
+    out = v.verify(rec, "Some response, with words. P.S. cat", {})
+    assert out["status"] == "error" and repr(field) in out["message"]
+
+
+def test_kwargs_of_the_published_kinds_still_build():
+    ok = [("length_constraints:number_words", {"num_words": 300.0, "relation": "less than"}),  # exported column
+          ("keywords:existence", {"keywords": []}),
+          ("keywords:forbidden_words", {"forbidden_words": ["cat"]})]
+    for iid, kw in ok:
+        assert get("ifeval").check_record({"verifier": "ifeval", "instruction_id_list": [iid], "kwargs": [kw]}) is None
+    rec = {"instruction_id_list": ["copy:repeat_phrase"], "kwargs": [{"phrase": "a b c", "small_n": 2.0}]}
+    assert get("ifeval").check_record(rec) is None
+
+
+# --- what holds, and the reference's literal rules kept on purpose (docs/verify.md) ------
+
+@pytest.mark.parametrize("iid, kwargs, text, strict, loose", [
+    ("change_case:english_capital", {}, "这是一个中文回答。", False, False),  # no cased letters
+    ("change_case:english_lowercase", {}, "这是一个中文回答。", False, False),
+    ("startend:end_checker", {"end_phrase": "Any other questions?"}, "Hi. Any other questions?  \n\n", True, True),
+    ("startend:end_checker", {"end_phrase": "Any other questions?"}, "Hi. Any other questions?**", False, True),
+    ("keywords:existence", {"keywords": ["cat"]}, "**C**at", False, True),
+    ("keywords:forbidden_words", {"forbidden_words": ["bad"]}, "b\u0430d, ba\u200bd", True, True),  # kept: literal
+    ("punctuation:no_comma", {}, "One\uff0ctwo", True, True),  # kept: only ',' is a comma upstream
+    ("length_constraints:number_words", {"num_words": 3, "relation": "less than"}, "a_b_c_d_e f", True, True),
+    ("detectable_format:title", {}, "<<>>\nbody", False, False),
+    ("detectable_content:number_placeholders", {"num_placeholders": 2}, "[a]\n[b\n]", False, False),
+])
+def test_literal_reference_rules(iid, kwargs, text, strict, loose):
+    s, lo, errors = evaluate("ifeval", [iid], [kwargs], text)
+    assert (s, lo, errors) == ([strict], [loose], [])
+
+
+@pytest.mark.parametrize("text", ["", " \n\t ", "\u3000"])
+def test_blank_responses_follow_nothing(text):
+    out = get("ifeval").verify({"instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]}, text, {})
+    assert out["status"] == "no_answer" and out["strict"] == [False] and out["loose"] == [False]
