@@ -135,3 +135,12 @@ def test_literal_reference_rules(iid, kwargs, text, strict, loose):
 def test_blank_responses_follow_nothing(text):
     out = get("ifeval").verify({"instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]}, text, {})
     assert out["status"] == "no_answer" and out["strict"] == [False] and out["loose"] == [False]
+
+
+def test_empty_columns_of_other_instructions_are_absent():
+    # a table with every instruction's kwargs columns fills the unused ones with "" or []
+    row = {"keywords": [], "end_phrase": "", "num_words": None, "relation": ""}
+    assert evaluate("ifeval", ["punctuation:no_comma"], [row], "a b") == ([True], [True], [])
+    # a value under a name the checker does not take is still refused
+    assert get("ifeval").check_record({"instruction_id_list": ["punctuation:no_comma"],
+                                       "kwargs": [{"keywords": ["x"]}]})[0] == "kwargs"

@@ -17,7 +17,9 @@ completion give the same verdict in every run and every process (see ``nlp``).
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
 from typing import Any
 
 from rlvr.verifiers.if_checks import nlp
@@ -81,6 +83,11 @@ def kwarg_problem(key: str, value) -> str | None:
     return None
 
 
+@functools.cache
+def _parameters(cls: type) -> frozenset[str]:
+    return frozenset(inspect.signature(cls.build_description).parameters) - {"self"}
+
+
 def build(name: str, index: int, instruction_id: str, kwargs: dict | None):
     """One checker, built from its kwargs with null values dropped."""
     reg = registry(name)
@@ -92,7 +99,12 @@ def build(name: str, index: int, instruction_id: str, kwargs: dict | None):
         raise GroundTruthError(f"instruction {index}: unknown {name} instruction id {instruction_id!r}{hint}")
     if kwargs is not None and not isinstance(kwargs, dict):
         raise GroundTruthError(f"instruction {index} ({instruction_id}): kwargs must be an object")
-    kw = {k: v for k, v in (kwargs or {}).items() if v is not None}
+    # null means absent; so does an empty value ("", [], {}) under a name this checker does
+    # not take: a table with every instruction's columns fills the unused ones that way
+    # (lm-evaluation-harness drops every falsy value; rlvr keeps a given 0 or "").
+    takes = _parameters(cls)
+    kw = {k: v for k, v in (kwargs or {}).items()
+          if v is not None and (k in takes or not (isinstance(v, (str, list, dict)) and not v))}
     for key, value in kw.items():
         want = kwarg_problem(key, value)
         if want:
