@@ -144,3 +144,19 @@ def test_empty_columns_of_other_instructions_are_absent():
     # a value under a name the checker does not take is still refused
     assert get("ifeval").check_record({"instruction_id_list": ["punctuation:no_comma"],
                                        "kwargs": [{"keywords": ["x"]}]})[0] == "kwargs"
+
+
+@pytest.mark.parametrize("iid, kwargs, text, ok", [
+    ("keywords:existence", {"keywords": ["c++"]}, "I like c and python", False),  # regex c++ matched any 'c'
+    ("keywords:existence", {"keywords": ["C++"]}, "Written in c++.", True),
+    ("keywords:existence", {"keywords": ["U.S."]}, "UxSx", False),
+    ("keywords:frequency", {"keyword": "a.", "frequency": 2, "relation": "less than"}, "ab ac ad", True),
+    ("keywords:forbidden_words", {"forbidden_words": ["c++"]}, "Use c++ here", False),
+    ("keywords:forbidden_words", {"forbidden_words": ["c++"]}, "Use c here", True),  # regex c++ forbade 'c'
+    ("keywords:forbidden_words", {"forbidden_words": ["cat"]}, "concatenate", True),
+    ("keywords:forbidden_words", {"forbidden_words": ["cat"]}, "A CAT.", False),
+])
+def test_keywords_are_literal(iid, kwargs, text, ok):
+    for registry in ("ifeval", "if_multi", "ifbench"):
+        strict, _, errors = evaluate(registry, [iid], [kwargs], text)
+        assert (strict, errors) == ([ok], []), registry

@@ -34,6 +34,10 @@ kept (the four unregistered ones upstream are dropped). Changes for rlvr:
   linear time: their regular expressions take quadratic time on crafted responses (a line
   of ``[``, a long run of blank lines) and are evaluated by ``if_checks.patterns`` or
   reduced to an equivalent search.
+- Keywords (``keywords:existence``, ``keywords:frequency``, ``keywords:forbidden_words``)
+  are matched literally: upstream uses them as regular expressions, so ``c++`` was found
+  in any text with a ``c`` and ``f(x`` crashed the check. No IFEval or IFBench keyword has
+  a regex metacharacter, so no published verdict changes.
 - JSON nested too deeply for Python's parser (a RecursionError upstream, which stops the
   whole evaluation) is not followed.
 """
@@ -687,7 +691,7 @@ class KeywordChecker(Instruction):
     def check_following(self, value):
         """Check if the response contain the expected keywords."""
         for keyword in self._keywords:
-            if not re.search(keyword, value, flags=re.IGNORECASE):
+            if not re.search(re.escape(keyword), value, flags=re.IGNORECASE):  # rlvr: literal
                 return False
         return True
 
@@ -755,7 +759,7 @@ class KeywordFrequencyChecker(Instruction):
 
     def check_following(self, value):
         """Checks if the response contain the keyword with required frequency."""
-        actual_occurrences = len(re.findall(self._keyword, value, flags=re.IGNORECASE))
+        actual_occurrences = len(re.findall(re.escape(self._keyword), value, flags=re.IGNORECASE))  # rlvr: literal
 
         if self._comparison_relation == _COMPARISON_RELATION[0]:
             return actual_occurrences < self._frequency
@@ -998,7 +1002,9 @@ class ForbiddenWords(Instruction):
     def check_following(self, value):
         """Check if the response does not contain the expected keywords."""
         for word in self._forbidden_words:
-            if re.search(r"\b" + word + r"\b", value, flags=re.IGNORECASE):
+            # rlvr: the word literally, not next to a word character (upstream: \b + word + \b,
+            # a regex; the same for words that begin and end with a word character)
+            if re.search(r"(?<!\w)" + re.escape(word) + r"(?!\w)", value, flags=re.IGNORECASE):
                 return False
         return True
 
