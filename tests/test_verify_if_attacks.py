@@ -160,3 +160,13 @@ def test_keywords_are_literal(iid, kwargs, text, ok):
     for registry in ("ifeval", "if_multi", "ifbench"):
         strict, _, errors = evaluate(registry, [iid], [kwargs], text)
         assert (strict, errors) == ([ok], []), registry
+
+
+@pytest.mark.parametrize("iid, text", [
+    ("custom:csv_city", "x" * 200_000),  # over csv's field size limit
+    ("custom:csv_special_character", 'ProductID,Category,Brand,Price,Stock\n"' + "x" * 200_000),
+    ("custom:csv_quotes", '"StudentID"\t"Subject"\t"Grade"\t"Semester"\t"Score"\n' + '"a"\t\t"c"\t"d"\t"e"\n' * 3),
+])
+def test_unreadable_csv_is_not_followed(iid, text):
+    strict, loose, errors = evaluate("ifbench", [iid], [{}], text)
+    assert (strict, loose, errors) == ([False], [False], [])
