@@ -363,11 +363,14 @@ def test_bad_ground_truth_is_an_error_verdict_with_a_clear_message(rec, needle):
 
 
 def test_a_crashing_upstream_checker_is_an_error_verdict():
-    # IFEval's keyword checker treats the keyword as a regex; "f(x" is not one.
-    rec = {"instruction_id_list": ["keywords:existence"], "kwargs": [{"keywords": ["f(x"]}]}
-    v = ifeval_verifier.verify(rec, "Let f(x) be a function", {})
-    assert v["status"] == "error" and "instruction 0 (keywords:existence): checker failed: error" in v["message"]
+    # IFEval's postscript checker treats a custom marker as a regex; "NB (" is not one.
+    rec = {"instruction_id_list": ["detectable_content:postscript"], "kwargs": [{"postscript_marker": "NB ("}]}
+    v = ifeval_verifier.verify(rec, "Text.\nNB (see above)", {})
+    assert v["status"] == "error" and "instruction 0 (detectable_content:postscript): checker failed: error" in v["message"]
     assert v["strict"] == [False]
+    # keywords are literal in rlvr (upstream: regexes, so "f(x" crashed there too)
+    rec = {"instruction_id_list": ["keywords:existence"], "kwargs": [{"keywords": ["f(x"]}]}
+    assert ifeval_verifier.verify(rec, "Let f(x) be a function", {})["status"] == "correct"
 
 
 def test_only_verifier_ifeval_records_are_held_to_the_25_ifeval_types():

@@ -102,7 +102,9 @@ def verify_postscript(text: str, postscript_marker: str) -> bool:
 
 
 def validate_placeholders(text: str, N: int) -> bool:
-    return len(re.findall(r"\[(.*?)\]", text)) >= N
+    from rlvr.verifiers.if_checks import patterns
+
+    return patterns.count_bracketed(text) >= N  # len(re.findall(r"\[(.*?)\]", text)), linear time
 
 
 def verify_bullet_points(text: str, N: int) -> bool:
@@ -110,7 +112,9 @@ def verify_bullet_points(text: str, N: int) -> bool:
 
 
 def validate_title(text: str) -> bool:
-    return re.search(r"<<(.*?)>>", text) is not None
+    from rlvr.verifiers.if_checks import patterns
+
+    return bool(patterns.titles(text, min_inner=0))  # re.search(r"<<(.*?)>>", text), linear time
 
 
 _SPLITS = (re.compile(r"\s*\n\s*"), re.compile(r"\s*[;|]\s*"), re.compile(r",\s+(?:or\s+)?|\s+or\s+"),

@@ -13,7 +13,7 @@ from __future__ import annotations
 from rlvr.verifiers import if_checks
 
 NAME = "ifbench"
-VERSION = "2"   # 2: sentences split as the published labels split them (key 163)
+VERSION = "3"   # 2: sentences split as the published labels split them (key 163); 3: kwargs of the wrong kind are bad ground truth, keywords literal
 TIMEOUT_S = 10.0
 
 

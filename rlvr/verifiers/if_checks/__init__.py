@@ -17,7 +17,9 @@ completion give the same verdict in every run and every process (see ``nlp``).
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
 from typing import Any
 
 from rlvr.verifiers.if_checks import nlp
@@ -49,6 +51,43 @@ def loose_variants(response: str) -> list[str]:
     return list(dict.fromkeys(variants))
 
 
+# The value each kwarg of the three registries takes (as IFEval, IFBench and IF
+# multi-constraints data write them): a number (int, or float where a ratio or an exported
+# column allows it; never a bool, NaN or infinity), a text, or a list of texts. Upstream
+# takes any value and misreads a wrong one without a word (a string of keywords is checked
+# letter by letter, ``True`` counts as 1, ``0`` keywords draws random ones), so a value of
+# the wrong kind is bad ground truth. Names not listed are left to the checker.
+_NUMBER_KWARGS = frozenset({
+    "N", "capital_frequency", "frequency", "let_frequency", "m", "max_words", "min_words", "n", "n_end",
+    "n_sent", "n_start", "n_words", "nth_paragraph", "num_bullets", "num_highlights", "num_paragraphs",
+    "num_placeholders", "num_sections", "num_sentences", "num_words", "percentage", "small_n"})
+_TEXT_KWARGS = frozenset({
+    "capital_relation", "end_phrase", "first_word", "keyword", "keyword1", "keyword2", "keyword3", "keyword4",
+    "keyword5", "language", "last_word", "let_relation", "letter", "options", "phrase", "postscript_marker",
+    "prompt_to_repeat", "reference_text", "relation", "section_spliter", "sep", "word"})
+_TEXTS_KWARGS = frozenset({"keywords", "forbidden_words"})
+
+
+def kwarg_problem(key: str, value) -> str | None:
+    """Why ``value`` cannot be kwarg ``key`` (None when it can, or the name is not listed)."""
+    if key in _NUMBER_KWARGS:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value \
+                or value in (float("inf"), float("-inf")):
+            return "a number"
+    elif key in _TEXT_KWARGS:
+        if not isinstance(value, str):
+            return "a string"
+    elif key in _TEXTS_KWARGS:
+        if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+            return "a list of strings"
+    return None
+
+
+@functools.cache
+def _parameters(cls: type) -> frozenset[str]:
+    return frozenset(inspect.signature(cls.build_description).parameters) - {"self"}
+
+
 def build(name: str, index: int, instruction_id: str, kwargs: dict | None):
     """One checker, built from its kwargs with null values dropped."""
     reg = registry(name)
@@ -60,7 +99,17 @@ def build(name: str, index: int, instruction_id: str, kwargs: dict | None):
         raise GroundTruthError(f"instruction {index}: unknown {name} instruction id {instruction_id!r}{hint}")
     if kwargs is not None and not isinstance(kwargs, dict):
         raise GroundTruthError(f"instruction {index} ({instruction_id}): kwargs must be an object")
-    kw = {k: v for k, v in (kwargs or {}).items() if v is not None}
+    # null means absent; so does an empty value ("", [], {}) under a name this checker does
+    # not take: a table with every instruction's columns fills the unused ones that way
+    # (lm-evaluation-harness drops every falsy value; rlvr keeps a given 0 or "").
+    takes = _parameters(cls)
+    kw = {k: v for k, v in (kwargs or {}).items()
+          if v is not None and (k in takes or not (isinstance(v, (str, list, dict)) and not v))}
+    for key, value in kw.items():
+        want = kwarg_problem(key, value)
+        if want:
+            raise GroundTruthError(f"instruction {index} ({instruction_id}): kwargs field {key!r} must be {want}, "
+                                   f"got {value!r}"[:300])
     nlp.reset_rng(instruction_id)
     checker = cls(instruction_id)
     try:

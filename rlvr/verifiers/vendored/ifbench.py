@@ -31,6 +31,9 @@ that splitter; IFBench changed ``split_into_sentences`` to ``nltk.sent_tokenize`
 6fffd61 (2025-12-16) without generating them again. The two differ where a sentence ends
 inside quotes: the regex splitter moves the period out (``"paraphrasing." Next`` ends
 with ``.``, a declarative sentence), Punkt keeps ``."`` (neither ``.`` nor ``?``).
+The three CSV checkers count text Python's csv reader refuses (a field over its size
+limit) as not followed, and ``QuotesCSVChecker`` an empty field as unquoted (upstream
+raises in both cases).
 """
 
 import csv
@@ -1746,6 +1749,15 @@ class EuropeanCapitalsSortChecker(Instruction):
         return True
 
 
+def _csv_rows(reader) -> list:
+    """rlvr: the rows, or none when Python's csv reader refuses the text (a field over its
+    131,072-character limit, say): such a response is not the CSV asked for."""
+    try:
+        return list(reader)
+    except csv.Error:
+        return []
+
+
 class CityCSVChecker(Instruction):
     """Generate CSV data: The column names are ["ID", "Country", "City", "Year", "Count"], the data should be comma delimited. Please generate 7 rows."""
 
@@ -1767,7 +1779,7 @@ class CityCSVChecker(Instruction):
         ["ID", "Country", "City", "Year", "Count"] and 7 rows."""
         string_io = io.StringIO(value)
         reader = csv.reader(string_io)
-        data = list(reader)
+        data = _csv_rows(reader)  # rlvr: unreadable CSV is not followed
         if len(data) != 8:
             return False
         header = data[0]
@@ -1808,7 +1820,7 @@ class SpecialCharacterCSVChecker(Instruction):
         value = value.replace('"', '"""')
         string_io = io.StringIO(value)
         reader = csv.reader(string_io)
-        data = list(reader)
+        data = _csv_rows(reader)  # rlvr: unreadable CSV is not followed
         if len(data) != 15:
             return False
         for row in data[1:]:
@@ -1848,13 +1860,14 @@ class QuotesCSVChecker(Instruction):
         value = value.replace('"', '"""')
         string_io = io.StringIO(value)
         reader = csv.reader(string_io, delimiter='\t')
-        data = list(reader)
+        data = _csv_rows(reader)  # rlvr: unreadable CSV is not followed
         if len(data) != 4:
             return False
         for row in data:
             if len(row) != 5:
                 return False
-            if not all(field.strip()[0] == '"' and field.strip()[-1] == '"' for field in row):
+            # rlvr: startswith/endswith, so an empty field is unquoted rather than an IndexError
+            if not all(field.strip().startswith('"') and field.strip().endswith('"') for field in row):
                 return False
         return True
 

@@ -30,6 +30,16 @@ kept (the four unregistered ones upstream are dropped). Changes for rlvr:
 - ``LetterFrequencyChecker`` takes any single character literally (see the comment there).
 - A failed language detection is logged at debug level instead of error (it printed the
   whole response on every failure); it still counts as followed, as upstream.
+- The placeholder, bullet-list, postscript and title checks give upstream's results in
+  linear time: their regular expressions take quadratic time on crafted responses (a line
+  of ``[``, a long run of blank lines) and are evaluated by ``if_checks.patterns`` or
+  reduced to an equivalent search.
+- Keywords (``keywords:existence``, ``keywords:frequency``, ``keywords:forbidden_words``)
+  are matched literally: upstream uses them as regular expressions, so ``c++`` was found
+  in any text with a ``c`` and ``f(x`` crashed the check. No IFEval or IFBench keyword has
+  a regex metacharacter, so no published verdict changes.
+- JSON nested too deeply for Python's parser (a RecursionError upstream, which stops the
+  whole evaluation) is not followed.
 """
 
 import collections
@@ -39,7 +49,7 @@ import re
 import string
 from collections.abc import Sequence
 
-from rlvr.verifiers.if_checks import nlp
+from rlvr.verifiers.if_checks import nlp, patterns
 from rlvr.verifiers.vendored import util
 from rlvr.verifiers.if_checks.nlp import RNG as rng
 
@@ -310,8 +320,8 @@ class PlaceholderChecker(Instruction):
           True if the actual number of placeholders in the response is greater than
           or equal to `num_placeholders`; otherwise, False.
         """
-        placeholders = re.findall(r"\[.*?\]", value)
-        num_placeholders = len(placeholders)
+        # rlvr: len(re.findall(r"\[.*?\]", value)) in linear time (see if_checks.patterns)
+        num_placeholders = patterns.count_bracketed(value)
         return num_placeholders >= self._num_placeholders
 
 
@@ -358,9 +368,9 @@ class BulletListChecker(Instruction):
           True if the actual number of bullet lists in the response meets the
           requirement.
         """
-        bullet_lists = re.findall(r"^\s*\*[^\*].*$", value, flags=re.MULTILINE)
-        bullet_lists_2 = re.findall(r"^\s*-.*$", value, flags=re.MULTILINE)
-        num_bullet_lists = len(bullet_lists) + len(bullet_lists_2)
+        # rlvr: the counts of re.findall(r"^\s*\*[^\*].*$") and (r"^\s*-.*$") (MULTILINE)
+        # in linear time (see if_checks.patterns)
+        num_bullet_lists = patterns.count_marked_lines(value, "*") + patterns.count_marked_lines(value, "-")
         return num_bullet_lists == self._num_bullets
 
 
@@ -637,7 +647,11 @@ class PostscriptChecker(Instruction):
             postscript_pattern = r"\s*p\.\s?s\..*$"
         else:
             postscript_pattern = r"\s*" + self._postscript_marker.lower() + r".*$"
-        postscript = re.findall(postscript_pattern, value, flags=re.MULTILINE)
+        # rlvr: re.findall(r"\s*" + X + r".*$", MULTILINE) finds something exactly when X
+        # occurs (the \s* may match nothing, .*$ always matches); searching for X alone
+        # avoids rescanning a long run of whitespace from each of its positions.
+        postscript = re.search(postscript_pattern.removeprefix(r"\s*").removesuffix(r".*$"), value,
+                               flags=re.MULTILINE)
         return bool(postscript)
 
 
@@ -677,7 +691,7 @@ class KeywordChecker(Instruction):
     def check_following(self, value):
         """Check if the response contain the expected keywords."""
         for keyword in self._keywords:
-            if not re.search(keyword, value, flags=re.IGNORECASE):
+            if not re.search(re.escape(keyword), value, flags=re.IGNORECASE):  # rlvr: literal
                 return False
         return True
 
@@ -745,7 +759,7 @@ class KeywordFrequencyChecker(Instruction):
 
     def check_following(self, value):
         """Checks if the response contain the keyword with required frequency."""
-        actual_occurrences = len(re.findall(self._keyword, value, flags=re.IGNORECASE))
+        actual_occurrences = len(re.findall(re.escape(self._keyword), value, flags=re.IGNORECASE))  # rlvr: literal
 
         if self._comparison_relation == _COMPARISON_RELATION[0]:
             return actual_occurrences < self._frequency
@@ -841,7 +855,7 @@ class JsonFormat(Instruction):
         )
         try:
             json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):  # rlvr: nesting too deep for Python's parser is not followed
             return False
         return True
 
@@ -988,7 +1002,9 @@ class ForbiddenWords(Instruction):
     def check_following(self, value):
         """Check if the response does not contain the expected keywords."""
         for word in self._forbidden_words:
-            if re.search(r"\b" + word + r"\b", value, flags=re.IGNORECASE):
+            # rlvr: the word literally, not next to a word character (upstream: \b + word + \b,
+            # a regex; the same for words that begin and end with a word character)
+            if re.search(r"(?<!\w)" + re.escape(word) + r"(?!\w)", value, flags=re.IGNORECASE):
                 return False
         return True
 
@@ -1129,9 +1145,8 @@ class TitleChecker(Instruction):
 
     def check_following(self, value):
         """Checks if the response contains a title."""
-        pattern = r"<<[^\n]+>>"
-        re_pattern = re.compile(pattern)
-        titles = re.findall(re_pattern, value)
+        # rlvr: re.findall(r"<<[^\n]+>>", value) in linear time (see if_checks.patterns)
+        titles = patterns.titles(value)
 
         return any(title.lstrip("<").rstrip(">").strip() for title in titles)
 
