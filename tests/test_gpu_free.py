@@ -309,6 +309,28 @@ def test_orphan_rule(rows, orphan):
     assert (gpu.orphan_reason(table.get(50), table) is not None) == orphan
 
 
+def test_orphan_rule_never_takes_a_hidden_parent_or_init_for_dead():
+    rows = {1: ("systemd", 0, 1, 1, "/sbin/init"), 50: ("python", 30, 30, 30, SPAWNED)}  # parent 30 not visible
+    assert gpu.orphan_reason(Table(rows).get(50), Table(rows)) is not None  # all of /proc visible: it died
+    for hidden in ({"hidepid": True}, {"foreign_ns": True}):
+        t = Table(rows)
+        for k, v in hidden.items():
+            setattr(t, k, v)
+        assert gpu.orphan_reason(t.get(50), t) is None, hidden  # another user's launcher may be alive
+    init = Table({1: ("python", 0, 1, 1, SPAWNED)})
+    assert gpu.orphan_reason(init.get(1), init) is None
+
+
+def test_kill_plan_never_proposes_pid_1_itself_or_an_unknown_owner():
+    procs = [gpu.GpuProc(pid, 1000.0, "orphan", "orphaned multiprocessing worker", uid=uid)
+             for pid, uid in ((1, 0), (0, 0), (-1, 0), (os.getpid(), 0), (4242, None), (4243, 0))]
+    g = gpu.GpuState(0, UUIDS[0], A100, "zombie", "", 2000.0, 81920.0, [0], procs)
+    plan = gpu.plan_kills([g], uid=0)
+    assert [(it.proc.pid, it.action) for it in plan] == [(1, "skip"), (0, "skip"), (-1, "skip"),
+                                                         (os.getpid(), "skip"), (4242, "skip"), (4243, "kill")]
+    assert "never signalled" in plan[0].reason and "owner could not be read" in plan[4].reason
+
+
 def test_a_defunct_main_thread_with_live_threads_is_live(tmp_path):
     # state Z on the leader, but the process still runs in another thread (and may hold a GPU)
     code = ("import ctypes, threading, time\n"
