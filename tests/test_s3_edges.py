@@ -174,3 +174,10 @@ def test_unpack_never_writes_through_a_symlinked_folder(tmp_path):
     with pytest.raises(s3.S3Error, match="not written through|nothing was written through"):
         sync.unpack_archive(str(archive), str(dest))
     assert os.listdir(outside) == [] and not (dest / "config.yaml").exists()
+
+
+def test_a_job_named_dot_or_dotdot_never_lands_outside_the_folder(tmp_path):
+    assert sync.job_dir_for("s3://bkt/jobs/run1/", str(tmp_path)) == str(tmp_path / "run1")
+    for uri in ("s3://bkt/jobs/..", "s3://bkt/jobs/../", "s3://bkt/.", "s3://bkt/jobs/./"):
+        with pytest.raises(S3UsageError, match="cannot be a folder under"):
+            sync.job_dir_for(uri, str(tmp_path))

@@ -261,6 +261,8 @@ def job_dir_for(s3_uri: str, local_dir: str) -> str:
     """Where pull puts s3://b/prefix/JOB: local_dir/JOB (local_dir itself for a bare bucket)."""
     _, prefix = parse_uri(s3_uri)
     name = prefix.rstrip("/").rsplit("/", 1)[-1] if prefix.strip("/") else ""
+    if name in (".", ".."):  # a literal key part, but as a folder name it would leave local_dir
+        raise S3UsageError(f"{s3_uri}: a job named {name!r} cannot be a folder under {local_dir}")
     return os.path.join(local_dir, name) if name else local_dir
 
 
