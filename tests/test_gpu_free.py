@@ -537,6 +537,17 @@ def test_malformed_nvidia_smi_output_is_one_clear_line(tmp_path, raw, msg):
     assert len(r.stderr.strip().splitlines()) == 1 and msg in r.stderr, r.stderr
 
 
+def test_garbled_bytes_from_nvidia_smi_are_fields_not_a_crash(tmp_path):
+    smi = tmp_path / "nvidia-smi"
+    smi.write_bytes(b"#!/bin/sh\ncase \"$1\" in\n"
+                    b"--query-gpu=*) printf '0, GPU-x, A\\377100, 4, 81920, 0\\n1, GPU-y, A100, \\3774, 81920, 0\\n';;\n"
+                    b"*) printf 'GPU-x, 12\\376, 500\\n';;\nesac\n")
+    smi.chmod(0o755)
+    reader = gpu.readers.SmiReader(str(smi))
+    with pytest.raises(gpu.GpuError, match="output line 2: field mem_used_mib is not a number"):
+        reader.read()
+
+
 def test_no_driver_is_exit_5_without_traceback(tmp_path):
     env = {**os.environ, "PATH": str(tmp_path), "PYTHONPATH": FAKES}
     env.pop("FAKE_GPU_SCENARIO", None)   # the fake NVML then says "NVML Shared Library Not Found"
