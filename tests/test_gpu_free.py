@@ -676,6 +676,21 @@ def test_hosts_over_a_fake_ssh(tmp_path, monkeypatch):
     assert invoke(PROG, [*base, "--host", "nodeA", "--kill-zombies"]).code == 2
 
 
+@pytest.mark.parametrize("line", ['{"index": 0, "uuid": "u", "name": "n", "state": "free", "processes": [5]}',
+                                  '{"index": 0, "uuid": "u", "name": "n", "state": "free", "processes": "ab"}',
+                                  '[1, 2]', '7', '{"index": "x"}', '{"index": 0, "uuid": "u"'])
+def test_a_garbled_record_from_a_host_is_that_hosts_one_line(tmp_path, line):
+    ssh = tmp_path / "ssh"
+    ssh.write_text(f"#!/bin/sh\necho '{line}'\n")
+    ssh.chmod(0o755)
+    with pytest.raises(gpu.GpuError, match="h1: output line 1 is not a GPU record"):
+        gpu.query_host("h1", [], ssh_cmd=str(ssh))
+    warned = []
+    with pytest.raises(gpu.GpuError, match="no host answered: h1, h2"):  # every host failed: one line each
+        gpu.query_hosts(["h1", "h2"], [], warned.append, ssh_cmd=str(ssh))
+    assert len(warned) == 2
+
+
 def test_hosts_run_this_installations_command_by_absolute_path_by_default(tmp_path, monkeypatch):
     """Over ssh the remote shell has no virtualenv on its PATH: the default remote command is this
     installation's rlvr-gpu-free by absolute path (the fake ssh's shell here finds no other)."""
