@@ -147,14 +147,23 @@ def test_pull_of_hostile_keys_and_trees(s3env, bucket, tmp_path):
     # a resumable partial download of a.b from an earlier, interrupted pull
     partial = dest / "j" / ".a.b.0123456789.s3part"
     partial.write_bytes(b"partial")
-    rep = s3.pull(f"s3://{bucket}/j", str(dest), include=["a", "x", "x/y", long_name, "sub", "empty"])
+    # what a local tree may hold in the way: a folder where the bucket has a file, a file where it has a folder
+    (dest / "j" / "empty").mkdir()
+    (dest / "j" / "w").write_text("a file")
+    c.put_object(Bucket=bucket, Key="j/w/in.txt", Body=b"in")
+    rep = s3.pull(f"s3://{bucket}/j", str(dest), include=["a", "x", "x/y", long_name, "sub", "empty", "w"])
     assert partial.exists()  # pulling 'a' leaves the temp files of 'a.b' alone
     assert (dest / "j" / "x" / "y").read_bytes() == b"inner"
-    assert (dest / "j" / long_name).read_bytes() == b"L" and (dest / "j" / "empty").read_bytes() == b""
+    assert (dest / "j" / long_name).read_bytes() == b"L"
     assert os.listdir(outside) == []  # never written through a symlinked folder
     msgs = " | ".join(m for _, m in rep.failed)
     assert "an object and a folder of the same name" in msgs and "not written through" in msgs, msgs
-    assert len(rep.failed) == 2, rep.failed
+    assert "is a local folder, the object a file" in msgs and "is a local file where the object's path" in msgs
+    assert len(rep.failed) == 4, rep.failed
+    assert (dest / "j" / "w").read_text() == "a file" and os.path.isdir(dest / "j" / "empty")
+    os.rmdir(dest / "j" / "empty")  # out of the way: the zero-byte object arrives
+    s3.pull(f"s3://{bucket}/j", str(dest), include=["empty"])
+    assert (dest / "j" / "empty").read_bytes() == b""
     assert not [f for f in os.listdir(dest / "j") if f.endswith(".s3part") and f != partial.name]
 
 
@@ -181,3 +190,18 @@ def test_a_job_named_dot_or_dotdot_never_lands_outside_the_folder(tmp_path):
     for uri in ("s3://bkt/jobs/..", "s3://bkt/jobs/../", "s3://bkt/.", "s3://bkt/jobs/./"):
         with pytest.raises(S3UsageError, match="cannot be a folder under"):
             sync.job_dir_for(uri, str(tmp_path))
+
+
+def test_watch_never_writes_through_a_symlinked_folder(s3env, bucket, tmp_path):
+    c = s3env.client()
+    c.put_object(Bucket=bucket, Key="jobs/20260125-a/traces/trace.jsonl", Body=b'{"step": 1}\n')
+    c.put_object(Bucket=bucket, Key="jobs/20260125-a/config.yaml", Body=b"lr: 1\n")
+    dest, outside = tmp_path / "results", tmp_path / "outside"
+    (dest / "20260125-a").mkdir(parents=True)
+    outside.mkdir()
+    os.symlink(outside, dest / "20260125-a" / "traces")
+    logs = []
+    n = s3.watch("20260125", f"s3://{bucket}/jobs/", str(dest), once=True, log=logs.append)
+    assert n == 1 and (dest / "20260125-a" / "config.yaml").read_bytes() == b"lr: 1\n"  # the rest goes on
+    assert os.listdir(outside) == []
+    assert any("trace.jsonl not downloaded" in m and "never written through" in m for m in logs), logs

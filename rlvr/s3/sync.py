@@ -17,7 +17,7 @@ from typing import Any
 
 from rlvr.errors import S3Error, S3UsageError
 from rlvr.progress import Progress
-from rlvr.s3._util import human, read_json, unlink_quiet, write_json
+from rlvr.s3._util import human, read_json, unlink_quiet, within, write_json
 from rlvr.s3.checksums import DEFAULT_PART_SIZE, snapshot_size
 from rlvr.s3.client import AUTH_CODES
 from rlvr.s3.transfer import TMP_SUFFIX, Action, Remote, S3Transfer
@@ -95,11 +95,6 @@ _OURS_DIR = re.compile(r"^\..+\.unpack\.tmp$|^\.tmp-step_")
 def _is_ours(name: str) -> bool:
     """Temp and state files this module leaves in local folders (never synced)."""
     return bool(_OURS_FILE.match(name)) or name in (STATE_FILE, WATCH_STATE, WATCH_LOCK)
-
-
-def within(root_real: str, path: str) -> bool:
-    """True when path, all symlinks resolved, lies in the folder root_real (itself resolved)."""
-    return os.path.commonpath([root_real, os.path.realpath(path)]) == root_real
 
 
 def local_files(root: str, include: Iterable[str] = (), exclude: Iterable[str] = (),
@@ -266,6 +261,21 @@ def job_dir_for(s3_uri: str, local_dir: str) -> str:
     return os.path.join(local_dir, name) if name else local_dir
 
 
+def _local_clash(job_dir: str, local_rel: str) -> str | None:
+    """Why an object cannot land at job_dir/local_rel: a local folder where it is a file, or a
+    local file where its path needs a folder (None when it can)."""
+    dest = os.path.join(job_dir, local_rel)
+    if os.path.isdir(dest) and not os.path.islink(dest):
+        return f"{dest} is a local folder, the object a file"
+    parent = os.path.dirname(local_rel)
+    while parent:
+        p = os.path.join(job_dir, parent)
+        if os.path.lexists(p) and not os.path.isdir(p):
+            return f"{p} is a local file where the object's path needs a folder"
+        parent = os.path.dirname(parent)
+    return None
+
+
 def _prune_empty(d: str, stop: str) -> None:
     """Remove empty folders from d up to (not including) stop."""
     d, stop = os.path.abspath(d), os.path.abspath(stop)
@@ -323,6 +333,10 @@ def pull(s3_uri: str, local_dir: str, include: Iterable[str] = (), exclude: Iter
             report.failed.append((o.key, f"s3://{bucket}/{o.key}: {os.path.dirname(dest)} is a symlink to "
                                          f"{os.path.realpath(os.path.dirname(dest))}, outside {job_dir}: "
                                          "not written through; skipped"))
+            continue
+        clash = _local_clash(job_dir, local_rel)
+        if clash:
+            report.failed.append((o.key, f"s3://{bucket}/{o.key}: {clash}; skipped"))
             continue
         if unpack and rel.rsplit("/", 1)[-1] in UNPACK:
             a = archives.get(o.key)
