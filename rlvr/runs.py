@@ -93,12 +93,12 @@ def new_run_dir(config_path: str | None, root: str = "results") -> str:
     return path
 
 
-def _git(repo: str, *args: str) -> str | None:
+def _git(repo: str, *args: str, errors: str = "replace") -> str | None:
     try:
         p = subprocess.run(["git", "-C", repo, *args], capture_output=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return p.stdout.decode("utf-8", "replace") if p.returncode == 0 else None
+    return p.stdout.decode("utf-8", errors) if p.returncode == 0 else None
 
 
 def code_repo() -> str | None:
@@ -125,7 +125,9 @@ def write_patches(run_dir: str, max_untracked_bytes: int = 10 * 2**20) -> dict:
                        ("git_diff_cached.patch", ["diff", "--cached", "--binary"]),
                        ("git_untracked.txt", ["ls-files", "--others", "--exclude-standard"])]:
         open(os.path.join(d, name), "w").write(_git(repo, *args) or "")
-    untracked = [ln for ln in open(os.path.join(d, "git_untracked.txt")).read().splitlines() if ln]
+    # the names themselves (-z: no quoting of non-ASCII, tabs, quotes or newlines; any bytes kept)
+    untracked = [u for u in (_git(repo, "ls-files", "-z", "--others", "--exclude-standard",
+                                  errors="surrogateescape") or "").split("\0") if u]
     paths = [os.path.join(repo, u) for u in untracked]
     total = sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
     info["dirty"] = bool(open(os.path.join(d, "git_status.txt")).read().count("\n") > 1)

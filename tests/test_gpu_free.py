@@ -309,6 +309,28 @@ def test_orphan_rule(rows, orphan):
     assert (gpu.orphan_reason(table.get(50), table) is not None) == orphan
 
 
+def test_orphan_rule_never_takes_a_hidden_parent_or_init_for_dead():
+    rows = {1: ("systemd", 0, 1, 1, "/sbin/init"), 50: ("python", 30, 30, 30, SPAWNED)}  # parent 30 not visible
+    assert gpu.orphan_reason(Table(rows).get(50), Table(rows)) is not None  # all of /proc visible: it died
+    for hidden in ({"hidepid": True}, {"foreign_ns": True}):
+        t = Table(rows)
+        for k, v in hidden.items():
+            setattr(t, k, v)
+        assert gpu.orphan_reason(t.get(50), t) is None, hidden  # another user's launcher may be alive
+    init = Table({1: ("python", 0, 1, 1, SPAWNED)})
+    assert gpu.orphan_reason(init.get(1), init) is None
+
+
+def test_kill_plan_never_proposes_pid_1_itself_or_an_unknown_owner():
+    procs = [gpu.GpuProc(pid, 1000.0, "orphan", "orphaned multiprocessing worker", uid=uid)
+             for pid, uid in ((1, 0), (0, 0), (-1, 0), (os.getpid(), 0), (4242, None), (4243, 0))]
+    g = gpu.GpuState(0, UUIDS[0], A100, "zombie", "", 2000.0, 81920.0, [0], procs)
+    plan = gpu.plan_kills([g], uid=0)
+    assert [(it.proc.pid, it.action) for it in plan] == [(1, "skip"), (0, "skip"), (-1, "skip"),
+                                                         (os.getpid(), "skip"), (4242, "skip"), (4243, "kill")]
+    assert "never signalled" in plan[0].reason and "owner could not be read" in plan[4].reason
+
+
 def test_a_defunct_main_thread_with_live_threads_is_live(tmp_path):
     # state Z on the leader, but the process still runs in another thread (and may hold a GPU)
     code = ("import ctypes, threading, time\n"
@@ -515,6 +537,17 @@ def test_malformed_nvidia_smi_output_is_one_clear_line(tmp_path, raw, msg):
     assert len(r.stderr.strip().splitlines()) == 1 and msg in r.stderr, r.stderr
 
 
+def test_garbled_bytes_from_nvidia_smi_are_fields_not_a_crash(tmp_path):
+    smi = tmp_path / "nvidia-smi"
+    smi.write_bytes(b"#!/bin/sh\ncase \"$1\" in\n"
+                    b"--query-gpu=*) printf '0, GPU-x, A\\377100, 4, 81920, 0\\n1, GPU-y, A100, \\3774, 81920, 0\\n';;\n"
+                    b"*) printf 'GPU-x, 12\\376, 500\\n';;\nesac\n")
+    smi.chmod(0o755)
+    reader = gpu.readers.SmiReader(str(smi))
+    with pytest.raises(gpu.GpuError, match="output line 2: field mem_used_mib is not a number"):
+        reader.read()
+
+
 def test_no_driver_is_exit_5_without_traceback(tmp_path):
     env = {**os.environ, "PATH": str(tmp_path), "PYTHONPATH": FAKES}
     env.pop("FAKE_GPU_SCENARIO", None)   # the fake NVML then says "NVML Shared Library Not Found"
@@ -641,6 +674,21 @@ def test_hosts_over_a_fake_ssh(tmp_path, monkeypatch):
     r = invoke(PROG, [*base, "--host", "nodeZ", "--host", "nodeY"])
     assert r.code == 1 and "no host answered: nodeZ, nodeY" in r.stderr
     assert invoke(PROG, [*base, "--host", "nodeA", "--kill-zombies"]).code == 2
+
+
+@pytest.mark.parametrize("line", ['{"index": 0, "uuid": "u", "name": "n", "state": "free", "processes": [5]}',
+                                  '{"index": 0, "uuid": "u", "name": "n", "state": "free", "processes": "ab"}',
+                                  '[1, 2]', '7', '{"index": "x"}', '{"index": 0, "uuid": "u"'])
+def test_a_garbled_record_from_a_host_is_that_hosts_one_line(tmp_path, line):
+    ssh = tmp_path / "ssh"
+    ssh.write_text(f"#!/bin/sh\necho '{line}'\n")
+    ssh.chmod(0o755)
+    with pytest.raises(gpu.GpuError, match="h1: output line 1 is not a GPU record"):
+        gpu.query_host("h1", [], ssh_cmd=str(ssh))
+    warned = []
+    with pytest.raises(gpu.GpuError, match="no host answered: h1, h2"):  # every host failed: one line each
+        gpu.query_hosts(["h1", "h2"], [], warned.append, ssh_cmd=str(ssh))
+    assert len(warned) == 2
 
 
 def test_hosts_run_this_installations_command_by_absolute_path_by_default(tmp_path, monkeypatch):

@@ -69,6 +69,8 @@ def _transfer(endpoint_url, workers=8, part_size=8):
 
 
 def _finish(report, verb: str) -> None:
+    for note in report.notes:
+        warn(note)
     say(f"{verb}: {report.summary()}")
     if report.failed:
         for path, msg in report.failed[:5]:

@@ -77,7 +77,7 @@ def query_host(host: str, remote_args: Sequence[str], ssh_cmd: str = DEFAULT_SSH
             continue
         try:
             states.append(GpuState.from_record(orjson.loads(line), host=host))
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
             raise GpuError(f"{host}: output line {n} is not a GPU record ({e}): {line[:120]!r}") from None
     return states
 

@@ -32,7 +32,8 @@ def plan_kills(states: Sequence[GpuState], uid: int | None = None) -> list[KillI
 
     Kill only orphaned workers (a defunct process cannot be signalled away, a gone one has
     nothing to signal), never a process on a GPU with utilisation > 0 in the window (on any
-    of its GPUs), and only the caller's own processes unless uid is 0. A process on several
+    of its GPUs), never PID 1 (nor 0 or below, nor this process) or a process whose owner could
+    not be read, and only the caller's own processes unless uid is 0. A process on several
     GPUs is planned once.
     """
     uid = os.geteuid() if uid is None else uid
@@ -55,6 +56,10 @@ def plan_kills(states: Sequence[GpuState], uid: int | None = None) -> list[KillI
             elif p.status == "defunct":
                 why = f"defunct: signals do nothing; its parent pid {p.ppid} must reap it"
                 plan.append(KillItem(g, p, "skip", why))
+            elif p.pid <= 1 or p.pid == os.getpid():
+                plan.append(KillItem(g, p, "skip", f"pid {p.pid} is never signalled"))
+            elif p.uid is None:
+                plan.append(KillItem(g, p, "skip", "its owner could not be read: not signalled"))
             elif uid != 0 and p.uid != uid:
                 plan.append(KillItem(g, p, "skip", f"owned by {p.user}: only root may signal other users' processes"))
             else:

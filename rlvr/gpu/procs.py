@@ -176,8 +176,12 @@ def orphan_reason(info: ProcInfo, table: ProcTable) -> str | None:
     job's workers are not orphans). A server started with nohup and left by its shell is no
     worker, so it stays live.
     """
+    if info.pid <= 1:
+        return None  # init (or a namespace's init) is nobody's worker
     parent = table.get(info.ppid) if info.ppid > 0 else None
     if info.ppid > 0 and parent is None:
+        if table.hidepid or table.foreign_ns:
+            return None  # /proc may hide a live parent (another user's, another namespace's): not proof of death
         died = f"its parent pid {info.ppid} is gone"
     elif parent is not None and parent.comm in REAPERS:
         died = f"reparented to {parent.comm} (pid {info.ppid})"

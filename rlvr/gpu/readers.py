@@ -123,8 +123,10 @@ class SmiReader:
 
     def _run(self, query: str) -> list[tuple[int, list[str]]]:
         try:
+            # errors="replace": a garbled byte (a GPU name, a broken driver) makes a field that does not
+            # parse, reported with its line, never a decoding crash
             p = subprocess.run([self.exe, query, "--format=csv,noheader,nounits"], capture_output=True, text=True,
-                               timeout=60)
+                               encoding="utf-8", errors="replace", timeout=60)
         except subprocess.TimeoutExpired:
             raise GpuError(f"nvidia-smi {query} did not answer in 60 s") from None
         text = (p.stdout + p.stderr).strip()

@@ -30,6 +30,11 @@ def write_json(path: str, obj: dict, sync: bool = True) -> None:
     atomic_write(path, json.dumps(obj, sort_keys=True).encode(), sync)
 
 
+def within(root_real: str, path: str) -> bool:
+    """True when path, all symlinks resolved, lies in the folder root_real (itself resolved)."""
+    return os.path.commonpath([root_real, os.path.realpath(path)]) == root_real
+
+
 def unlink_quiet(path: str) -> None:
     try:
         os.unlink(path)

@@ -7,6 +7,7 @@ import copy
 import dataclasses
 import fnmatch
 import os
+import re
 import shutil
 import tarfile
 import threading
@@ -16,7 +17,7 @@ from typing import Any
 
 from rlvr.errors import S3Error, S3UsageError
 from rlvr.progress import Progress
-from rlvr.s3._util import human, read_json, unlink_quiet, write_json
+from rlvr.s3._util import human, read_json, unlink_quiet, within, write_json
 from rlvr.s3.checksums import DEFAULT_PART_SIZE, snapshot_size
 from rlvr.s3.client import AUTH_CODES
 from rlvr.s3.transfer import TMP_SUFFIX, Action, Remote, S3Transfer
@@ -34,6 +35,7 @@ class SyncReport:
     skipped: int = 0
     failed: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     dry_run: bool = False
+    notes: list[str] = dataclasses.field(default_factory=list)  # what was left out on purpose, and why
 
     @property
     def bytes(self) -> int:
@@ -83,25 +85,55 @@ def selected(rel: str, include: Iterable[str] = (), exclude: Iterable[str] = ())
     return not any(hit(p) for p in exclude)
 
 
+# Names rlvr itself leaves in local folders while it works (never synced): a download's
+# `.NAME.<tag>.s3part` (and its `.json`), an atomic write's `.NAME.tmp<pid>.<thread>`, the
+# staging folder of an unpacked archive and a checkpoint still being written (rlvr.runs).
+_OURS_FILE = re.compile(r"^\..+\.[0-9a-f]{10}" + re.escape(TMP_SUFFIX) + r"(\.json)?$|^\..+\.tmp\d+\.\d+$")
+_OURS_DIR = re.compile(r"^\..+\.unpack\.tmp$|^\.tmp-step_")
+
+
 def _is_ours(name: str) -> bool:
     """Temp and state files this module leaves in local folders (never synced)."""
-    return (name.startswith(".") and (TMP_SUFFIX in name or ".tmp" in name)) or name in (
-        STATE_FILE, WATCH_STATE, WATCH_LOCK)
+    return bool(_OURS_FILE.match(name)) or name in (STATE_FILE, WATCH_STATE, WATCH_LOCK)
 
 
-def local_files(root: str, include: Iterable[str] = (), exclude: Iterable[str] = ()) -> Iterator[tuple[str, str]]:
-    """(relative '/' path, absolute path) of the regular files under root, sorted, filtered."""
+def local_files(root: str, include: Iterable[str] = (), exclude: Iterable[str] = (),
+                on_skip: Callable[[str, str, str], None] | None = None) -> Iterator[tuple[str, str]]:
+    """(relative '/' path, absolute path) of the regular files under root, sorted, filtered.
+
+    Symlinked folders are not entered; a symlinked file is listed only when its target lies
+    inside root. `on_skip(path, message, kind)` hears of what is left out for a reason the
+    user must know: kind "symlink" (a symlink to a file or folder outside root, never
+    followed) or "unreadable" (a folder that cannot be listed). Where on_skip
+    is None an unreadable folder raises its OSError: a listing never silently misses files
+    (which --delete would then remove from the other side).
+    """
     root = os.path.abspath(root)
-    for d, dirs, files in os.walk(root):
-        dirs.sort()
+    root_real = os.path.realpath(root)
+
+    def walk_error(e: OSError) -> None:
+        if on_skip is None:
+            raise e
+        on_skip(e.filename or root, f"cannot read folder {e.filename or root}: {e.strerror or e}", "unreadable")
+
+    def outside(p: str) -> bool:
+        if os.path.islink(p) and not within(root_real, p):
+            if on_skip is not None:
+                on_skip(p, f"{p}: a symlink to {os.path.realpath(p)}, outside {root}: not followed", "symlink")
+            return True
+        return False
+
+    for d, dirs, files in os.walk(root, onerror=walk_error):
+        dirs[:] = sorted(x for x in dirs if not _OURS_DIR.match(x) and not outside(os.path.join(d, x)))
         for f in sorted(files):
             p = os.path.join(d, f)
             if _is_ours(f) or not os.path.isfile(p):
                 continue
             rel = os.path.relpath(p, root).replace(os.sep, "/")
-            if selected(rel, include, exclude):
+            if not selected(rel, include, exclude):
+                continue
+            if not outside(p):
                 yield rel, p
-
 
 
 def _run_parallel(items: list, fn: Callable[[Any], Action | list[Action] | None], t: S3Transfer, report: SyncReport,
@@ -160,7 +192,16 @@ def push(local_dir: str, s3_uri: str, include: Iterable[str] = (), exclude: Iter
     remote = {o.key[len(prefix):]: o for o in t.list(bucket, prefix)}
     todo: list[tuple[str, str, int]] = []
     local_rels = set()
-    pairs = local_files(local_dir, include, exclude) if files is None else \
+    root = os.path.abspath(local_dir)
+
+    def skip(path: str, msg: str, kind: str) -> None:
+        if kind == "symlink":  # left out on purpose: noted, and its remote copy is not --delete'd
+            report.notes.append(msg)
+            local_rels.add(os.path.relpath(path, root).replace(os.sep, "/"))
+        else:  # an unreadable folder: a failure (which also stops --delete)
+            report.failed.append((path, msg))
+
+    pairs = local_files(local_dir, include, exclude, on_skip=skip) if files is None else \
         [(rel, path) for rel, path in files if selected(rel, include, exclude)]
     for rel, path in pairs:
         local_rels.add(rel)
@@ -169,10 +210,14 @@ def push(local_dir: str, s3_uri: str, include: Iterable[str] = (), exclude: Iter
         except S3UsageError as e:
             report.failed.append((path, str(e)))
             continue
-        size = snapshot_size(path)
         r = remote.get(rel)
-        if r is not None and t.same(path, size, r):
-            report.skipped += 1
+        try:
+            size = snapshot_size(path)
+            if r is not None and t.same(path, size, r):
+                report.skipped += 1
+                continue
+        except OSError as e:  # unreadable, or gone since the listing: this file fails, the others go on
+            report.failed.append((path, f"{path}: {e.strerror or e}"))
             continue
         todo.append((rel, path, size))
     stale = sorted(k for k in remote if k not in local_rels and selected(k, include, exclude)) if delete else []
@@ -211,7 +256,24 @@ def job_dir_for(s3_uri: str, local_dir: str) -> str:
     """Where pull puts s3://b/prefix/JOB: local_dir/JOB (local_dir itself for a bare bucket)."""
     _, prefix = parse_uri(s3_uri)
     name = prefix.rstrip("/").rsplit("/", 1)[-1] if prefix.strip("/") else ""
+    if name in (".", ".."):  # a literal key part, but as a folder name it would leave local_dir
+        raise S3UsageError(f"{s3_uri}: a job named {name!r} cannot be a folder under {local_dir}")
     return os.path.join(local_dir, name) if name else local_dir
+
+
+def _local_clash(job_dir: str, local_rel: str) -> str | None:
+    """Why an object cannot land at job_dir/local_rel: a local folder where it is a file, or a
+    local file where its path needs a folder (None when it can)."""
+    dest = os.path.join(job_dir, local_rel)
+    if os.path.isdir(dest) and not os.path.islink(dest):
+        return f"{dest} is a local folder, the object a file"
+    parent = os.path.dirname(local_rel)
+    while parent:
+        p = os.path.join(job_dir, parent)
+        if os.path.lexists(p) and not os.path.isdir(p):
+            return f"{p} is a local file where the object's path needs a folder"
+        parent = os.path.dirname(parent)
+    return None
 
 
 def _prune_empty(d: str, stop: str) -> None:
@@ -249,6 +311,9 @@ def pull(s3_uri: str, local_dir: str, include: Iterable[str] = (), exclude: Iter
     objects = list(t.list(bucket, prefix))
     todo: list[tuple[Remote, str, str]] = []  # (object, relative path, local path)
     keep: set[str] = set()
+    # A key that is also a "folder" of other keys (a and a/b) cannot be both locally.
+    folders = {rel[:i] for rel in (o.key[len(prefix):] for o in objects) for i, c in enumerate(rel) if c == "/"}
+    job_real = os.path.realpath(job_dir)
     for o in objects:
         rel = o.key[len(prefix):]
         if not rel or rel.endswith("/"):
@@ -259,7 +324,20 @@ def pull(s3_uri: str, local_dir: str, include: Iterable[str] = (), exclude: Iter
             continue
         if not selected(rel, include, exclude):
             continue
+        if rel in folders:
+            report.failed.append((o.key, f"s3://{bucket}/{o.key}: an object and a folder of the same name "
+                                         f"(s3://{bucket}/{o.key}/...): only the folder can be a local path; skipped"))
+            continue
         dest = os.path.join(job_dir, local_rel)
+        if not within(job_real, os.path.dirname(dest)):
+            report.failed.append((o.key, f"s3://{bucket}/{o.key}: {os.path.dirname(dest)} is a symlink to "
+                                         f"{os.path.realpath(os.path.dirname(dest))}, outside {job_dir}: "
+                                         "not written through; skipped"))
+            continue
+        clash = _local_clash(job_dir, local_rel)
+        if clash:
+            report.failed.append((o.key, f"s3://{bucket}/{o.key}: {clash}; skipped"))
+            continue
         if unpack and rel.rsplit("/", 1)[-1] in UNPACK:
             a = archives.get(o.key)
             if isinstance(a, dict) and a.get("etag") == o.etag and all(
@@ -270,8 +348,12 @@ def pull(s3_uri: str, local_dir: str, include: Iterable[str] = (), exclude: Iter
             todo.append((o, rel, dest))
             continue
         keep.add(rel)
-        if os.path.isfile(dest) and t.same(dest, os.path.getsize(dest), o):
-            report.skipped += 1
+        try:
+            if os.path.isfile(dest) and t.same(dest, os.path.getsize(dest), o):
+                report.skipped += 1
+                continue
+        except OSError as e:  # an unreadable local copy: this file fails, the others go on
+            report.failed.append((o.key, f"{dest}: {e.strerror or e}"))
             continue
         todo.append((o, rel, dest))
     for a in archives.values():
@@ -282,7 +364,10 @@ def pull(s3_uri: str, local_dir: str, include: Iterable[str] = (), exclude: Iter
     todo.sort(key=lambda it: step_sort_key(it[1]))   # checkpoints oldest step first, whatever their spelling
     stale: list[str] = []
     if delete and os.path.isdir(job_dir):
-        stale = [rel for rel, _ in local_files(job_dir, include, exclude) if rel not in keep]
+        stale = [rel for rel, _ in local_files(job_dir, include, exclude,
+                                                on_skip=lambda p, msg, kind: kind == "unreadable"
+                                                and report.failed.append((p, msg)))
+                 if rel not in keep]
     if dry_run:
         for o, rel, dest in todo:
             act = Action("download", f"s3://{bucket}/{o.key}", dest, o.size, dry_run=True)
@@ -397,6 +482,12 @@ def unpack_archive(archive: str, dest_dir: str, markers: tuple[str, ...] = ("con
         for d, _, fs in os.walk(top):
             for f in fs:
                 files.append(os.path.relpath(os.path.join(d, f), top).replace(os.sep, "/"))
+        dest_real = os.path.realpath(dest_dir)
+        for rel in files:  # never write through a symlinked folder of dest_dir that leads elsewhere
+            parent = os.path.dirname(os.path.join(dest_dir, *rel.split("/")))
+            if not within(dest_real, parent):
+                raise S3Error(f"cannot unpack {archive}: {parent} is a symlink to {os.path.realpath(parent)}, "
+                              f"outside {dest_dir}; nothing was written through it")
         for rel in files:  # merge file by file: each replaces the one of the same name
             target = os.path.join(dest_dir, *rel.split("/"))
             os.makedirs(os.path.dirname(target), exist_ok=True)

@@ -8,6 +8,7 @@ import dataclasses
 import hashlib
 import os
 import random
+import re
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -367,10 +368,18 @@ class S3Transfer:
                 remote = None  # the object changed while we read it: start again with the new one
         raise AssertionError("unreachable")
 
+    @staticmethod
+    def _tmp_base(dest: str) -> str:
+        """The start of a download's temp names in dest's folder: '.NAME.', or '.<hash>.' when
+        NAME is so long that the temp names (tag, suffix, '.json') would pass the file-name limit."""
+        name = os.path.basename(os.path.abspath(dest))
+        if len(f".{name}.0123456789{TMP_SUFFIX}.json".encode("utf-8", "surrogateescape")) > 255:
+            name = "~" + hashlib.sha1(name.encode("utf-8", "surrogateescape"), usedforsecurity=False).hexdigest()
+        return f".{name}."
+
     def _tmp_path(self, dest: str, etag: str) -> str:
-        d, name = os.path.split(os.path.abspath(dest))
         tag = hashlib.sha1(etag.encode(), usedforsecurity=False).hexdigest()[:10]
-        return os.path.join(d, f".{name}.{tag}{TMP_SUFFIX}")
+        return os.path.join(os.path.dirname(os.path.abspath(dest)), f"{self._tmp_base(dest)}{tag}{TMP_SUFFIX}")
 
     def _download(self, bucket: str, key: str, dest: str, remote: Remote, meta: dict | None) -> Action:
         uri = f"s3://{bucket}/{key}"
@@ -378,9 +387,10 @@ class S3Transfer:
         os.makedirs(d, exist_ok=True)
         tmp = self._tmp_path(dest, remote.etag)
         state_path = tmp + ".json"
-        for stale in os.listdir(d):  # temp files of older versions of this object
-            base = f".{os.path.basename(dest)}."
-            if stale.startswith(base) and TMP_SUFFIX in stale and not os.path.join(d, stale).startswith(tmp):
+        # temp files of older versions of this object (only this one's: '.a.' also starts '.a.b.<tag>...')
+        mine = re.compile(re.escape(self._tmp_base(dest)) + "[0-9a-f]{10}" + re.escape(TMP_SUFFIX) + r"(\.json)?")
+        for stale in os.listdir(d):
+            if mine.fullmatch(stale) and not os.path.join(d, stale).startswith(tmp):
                 try:
                     os.unlink(os.path.join(d, stale))
                 except OSError:

@@ -35,8 +35,16 @@ def validate_bucket(name: str) -> str:
 
 
 def validate_key(key: str, what: str = "key") -> str:
-    """Check an object key (or prefix): at most 1024 UTF-8 bytes, no control characters."""
-    if len(key.encode("utf-8", "surrogatepass")) > 1024:
+    """Check an object key (or prefix): valid UTF-8, at most 1024 bytes, no control characters."""
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:  # a local file name with bytes that are not UTF-8 (kept as surrogates)
+        try:
+            shown = key.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:
+            shown = key.encode("utf-8", "backslashreplace").decode()
+        raise S3UsageError(f"invalid {what} '{shown}': not valid UTF-8 (S3 keys are UTF-8 text)") from None
+    if len(key.encode("utf-8")) > 1024:
         raise S3UsageError(f"invalid {what} {key[:60]!r}...: longer than 1024 bytes")
     bad = next((c for c in key if ord(c) < 32 or ord(c) == 127), None)
     if bad is not None:
