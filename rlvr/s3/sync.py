@@ -313,7 +313,6 @@ def pull(s3_uri: str, local_dir: str, include: Iterable[str] = (), exclude: Iter
     keep: set[str] = set()
     # A key that is also a "folder" of other keys (a and a/b) cannot be both locally.
     folders = {rel[:i] for rel in (o.key[len(prefix):] for o in objects) for i, c in enumerate(rel) if c == "/"}
-    job_real = os.path.realpath(job_dir)
     for o in objects:
         rel = o.key[len(prefix):]
         if not rel or rel.endswith("/"):
@@ -329,11 +328,6 @@ def pull(s3_uri: str, local_dir: str, include: Iterable[str] = (), exclude: Iter
                                          f"(s3://{bucket}/{o.key}/...): only the folder can be a local path; skipped"))
             continue
         dest = os.path.join(job_dir, local_rel)
-        if not within(job_real, os.path.dirname(dest)):
-            report.failed.append((o.key, f"s3://{bucket}/{o.key}: {os.path.dirname(dest)} is a symlink to "
-                                         f"{os.path.realpath(os.path.dirname(dest))}, outside {job_dir}: "
-                                         "not written through; skipped"))
-            continue
         clash = _local_clash(job_dir, local_rel)
         if clash:
             report.failed.append((o.key, f"s3://{bucket}/{o.key}: {clash}; skipped"))

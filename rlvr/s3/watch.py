@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from rlvr.errors import S3UsageError
-from rlvr.s3._util import human, int_or_none, read_json, within, write_json
+from rlvr.s3._util import human, int_or_none, read_json, write_json
 from rlvr.s3.checksums import PART_SIZE_META, local_matches
 from rlvr.s3.transfer import Action, Remote, S3Transfer
 from rlvr.s3.uri import parse_uri, safe_relpath
@@ -84,7 +84,6 @@ def watch(pattern: str, src_uri: str, dest: str, *, files: Iterable[str] = WATCH
     log = log or (lambda msg: None)
     stop = stop or threading.Event()
     total = 0
-    refused: set[tuple[str, str]] = set()
     last_change = time.monotonic()
     try:
         while True:
@@ -104,12 +103,6 @@ def watch(pattern: str, src_uri: str, dest: str, *, files: Iterable[str] = WATCH
                     hint = int_or_none((h.get("Metadata") or {}).get(PART_SIZE_META))
                     if os.path.isfile(local) and local_matches(local, os.path.getsize(local), r.etag, r.size, [hint], t.etags):
                         state[sk] = r.etag
-                        continue
-                    if not within(os.path.realpath(dest), os.path.dirname(local)):
-                        if (sk, r.etag) not in refused:  # said once per version, not at every poll
-                            refused.add((sk, r.etag))
-                            log(f"{job}: {f} not downloaded: {os.path.dirname(local)} is a symlink to "
-                                f"{os.path.realpath(os.path.dirname(local))}, outside {dest}; never written through")
                         continue
                     act = t.download(bucket, key, local, r)
                     state[sk] = r.etag
