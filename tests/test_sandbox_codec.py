@@ -230,3 +230,35 @@ def test_wipe_removes_any_tree_and_follows_no_link(tmpfs_path):
     assert zygote.wipe(str(root), keep=str(root / "w")) is True
     assert sorted(os.listdir(root)) == ["w"] and os.listdir(root / "w") == ["kept"]
     assert (outside / "canary").read_text() == "keep me"
+
+
+def test_wipe_reports_a_tree_it_could_not_finish(tmpfs_path, monkeypatch):
+    """A directory moved away while wipe works below it (another process of the sandbox uid,
+    without a PID namespace): the climb back reaches another directory, wipe stops there and
+    says the tree is not clean, so the server does not reuse it."""
+    root, away = tmpfs_path / "root", tmpfs_path / "away"
+    (root / "a" / "b").mkdir(parents=True)
+    (root / "a" / "b" / "f").write_text("x")
+    (root / "a" / "g").write_text("x")
+    away.mkdir()
+    real_open = os.open
+    moved = []
+
+    def open_moving(name, flags, *args, **kwargs):
+        if name == ".." and not moved:  # climbing back from b: move b out from under a first
+            os.rename(root / "a" / "b", away / "b")
+            moved.append(True)
+        return real_open(name, flags, *args, **kwargs)
+
+    monkeypatch.setattr(zygote.os, "open", open_moving)
+    assert zygote.wipe(str(root)) is False
+    monkeypatch.setattr(zygote.os, "open", real_open)
+    assert moved and os.listdir(root) == ["a"]  # it stopped: nothing above b was touched
+    assert zygote.wipe(str(root)) is True and os.listdir(root) == []
+
+
+def test_wipe_of_a_path_that_is_not_a_directory(tmp_path):
+    """A path that is gone is clean; a file where the directory should be is not."""
+    assert zygote.wipe(str(tmp_path / "missing")) is True
+    (tmp_path / "file").write_text("x")
+    assert zygote.wipe(str(tmp_path / "file")) is False

@@ -674,7 +674,9 @@ def wipe(path, keep=None, deadline=None):
     directory with O_NOFOLLOW, and each climb back checks that it reaches the directory it
     came from (where another process of the sandbox uid could move a directory meanwhile,
     without a PID namespace, it stops instead of removing anything elsewhere). Returns
-    False when it stopped at the deadline (time.monotonic()) with work left."""
+    True only when path is left holding nothing but keep: False when it stopped at the
+    deadline (time.monotonic()), when a climb back did not reach the directory it came
+    from, or when something could not be removed (the caller must not reuse path then)."""
     try:
         fd = os.open(path, _DIR_FLAGS)
     except OSError:
@@ -683,7 +685,7 @@ def wipe(path, keep=None, deadline=None):
                 os.unlink(path)
             except OSError:
                 pass
-        return True
+        return not os.path.lexists(path)
     skip = None
     if keep is not None and os.path.dirname(keep.rstrip("/")) == path.rstrip("/"):
         skip = os.path.basename(keep.rstrip("/"))
@@ -707,17 +709,17 @@ def wipe(path, keep=None, deadline=None):
                 fd, pending = sub, _entries(sub)
                 continue
             if not stack:
-                return True
+                return not _entries(fd, skip)  # (an entry that could not be removed stays)
             name, ident, pending = stack.pop()
             parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
             os.close(fd)
             fd = parent
             st = os.fstat(fd)
             if (st.st_dev, st.st_ino) != ident:
-                return True  # (not for want of time)
+                return False  # moved meanwhile: what is left of path was not reached
             _remove(name, fd, os.rmdir)
     except OSError:
-        return True
+        return False
     finally:
         os.close(fd)
 
