@@ -262,3 +262,68 @@ def test_wipe_of_a_path_that_is_not_a_directory(tmp_path):
     assert zygote.wipe(str(tmp_path / "missing")) is True
     (tmp_path / "file").write_text("x")
     assert zygote.wipe(str(tmp_path / "file")) is False
+
+
+def test_a_test_process_that_cannot_be_forked_is_retried_then_reported(monkeypatch):
+    """run_stdio (the agent's side of one stdin/stdout test): a fork failing with EAGAIN is
+    tried again; one that keeps failing is reported as the sandbox's failure ("infra"),
+    which the caller raises as ChildNotStarted (a retried check, then a sandbox error),
+    never as a malformed reply graded wrong."""
+    import errno
+
+    from rlvr.sandbox import stdio
+    from rlvr.sandbox.server import ChildNotStarted
+
+    real_fork, calls = os.fork, []
+
+    def failing_fork(times):
+        def fork():
+            calls.append(1)
+            if len(calls) <= times:
+                raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+            return real_fork()
+        return fork
+
+    program = compile("print(int(input()) * 2)", "<solution>", "exec")
+    monkeypatch.setattr(zygote, "FORK_TRIES", 3)
+    monkeypatch.setattr(zygote.os, "fork", failing_fork(2))  # fails twice, then works
+    rep = zygote.run_stdio(program, "21\n", 60.0, 1 << 16)
+    assert len(calls) == 3 and rep.get("exit") == 0 and rep["out"] == "42\n", rep
+    calls.clear()
+    monkeypatch.setattr(zygote.os, "fork", failing_fork(99))
+    rep = zygote.run_stdio(program, "21\n", 60.0, 1 << 16)
+    assert len(calls) == 3 and "Resource temporarily unavailable" in rep["infra"] and "out" not in rep, rep
+
+    class Session:  # the caller's side, given that reply
+        def request(self, msg):
+            return {"v": None} if msg["op"] == "stdio_load" else rep
+
+    with pytest.raises(ChildNotStarted, match="test 1: cannot start the test process"):
+        stdio.run_tests(Session(), "print(2)", [("21\n", "42\n")], 10.0, 1 << 16)
+
+
+def test_a_check_whose_test_process_never_starts_is_an_error_after_one_retry(monkeypatch):
+    """The code verifier's side: the check is made twice, then graded as the sandbox's error."""
+    import contextlib
+
+    from rlvr.sandbox import stdio
+    from rlvr.sandbox.server import ChildNotStarted
+    from rlvr.verifiers import code
+
+    class Sandbox:
+        mode, isolation = "process", ["rlimits"]
+
+        @contextlib.contextmanager
+        def session(self, limits):
+            yield object()
+
+    tries = []
+
+    def run_tests(session, *args, **kwargs):
+        tries.append(1)
+        raise ChildNotStarted("test 1: cannot start the test process: [Errno 11] Resource temporarily unavailable")
+
+    monkeypatch.setattr(code, "get_sandbox", lambda config: Sandbox())
+    monkeypatch.setattr(stdio, "run_tests", run_tests)
+    v = code.verify({"stdio_tests": [{"input": "1\n", "output": "2\n"}]}, "print(2)", {})
+    assert len(tries) == 2 and v["status"] == "error" and "Resource temporarily unavailable" in v["error"], v

@@ -12,7 +12,10 @@ of LiveCodeBench and of AllenAI's open-instruct). Only the inputs enter the sand
 expected outputs never do, so a program can pass only by printing the right answer. Tests
 run in order and stop at the first failure (or, with ``run_all``, every test runs and the
 passes are counted: a pass rate); each has its own CPU limit (the sandbox's RLIMIT_CPU,
-counted afresh per process) and wall-clock limit.
+counted afresh per process) and wall-clock limit. A test process the sandbox could not
+start (fork failing under process pressure, after retries) raises ChildNotStarted: the
+caller makes the check again, and reports a sandbox error if that fails too, never a
+wrong answer.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
-from rlvr.sandbox.server import ProtocolError, Session, SandboxStop
+from rlvr.sandbox.server import ChildNotStarted, ProtocolError, Session, SandboxStop
 
 
 class StdioPlanError(ValueError):
@@ -123,6 +126,8 @@ def run_tests(session: Session, program: str, tests: list[tuple[str, str]], test
         except SandboxStop as e:
             out.stop = e
             return out
+        if "infra" in rep:  # the test process could not be started: the sandbox's failure, not the program's
+            raise ChildNotStarted(f"test {i}: {str(rep['infra'])[:300]}")
         got = rep.get("out")
         if "x" in rep or not isinstance(got, str) or not isinstance(rep.get("timeout"), bool):
             out.stop = session._stop(ProtocolError("malformed reply to a test run"))

@@ -328,8 +328,9 @@ def verify(record: dict, completion: str, config: dict) -> dict:
 
 
 def _in_session(sandbox, limits: Limits, work):
-    """work(session) in a fresh sandboxed child; once more, on a fresh server, when the child
-    never started (the server died after an earlier check: nothing of this program ran)."""
+    """work(session) in a fresh sandboxed child; once more when the child never started (the
+    server died after an earlier check, and a fresh one is started) or could not start a
+    test's process: nothing of this program decided the check."""
     try:
         with sandbox.session(limits) as session:
             return work(session)
