@@ -20,6 +20,7 @@ wrong answer.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
@@ -90,7 +91,7 @@ def same_lines(got: str, want: str) -> bool:
 class StdioOutcome:
     total: int
     passed: int = 0
-    timed_out: int = 0               # tests past their CPU or wall-clock limit (run_all)
+    timed_out: int = 0               # tests past their CPU or wall-clock limit, or not run for want of time
     failure: str | None = None
     kind: str | None = None          # wrong | timeout | cpu | output_limit | compile
     exit_code: int | None = None
@@ -104,12 +105,16 @@ def _excerpt(s: str, n: int = 120) -> str:
 
 
 def run_tests(session: Session, program: str, tests: list[tuple[str, str]], test_wall_s: float,
-              max_output: int, compare=same_output, run_all: bool = False) -> StdioOutcome:
+              max_output: int, compare=same_output, run_all: bool = False,
+              budget_s: float | None = None) -> StdioOutcome:
     """Run the program on each test in order; stop at the first failure, or with run_all go
-    on and count the passes (the first failure is the one reported)."""
+    on and count the passes (the first failure is the one reported). budget_s bounds all
+    the tests together on the wall clock: a test gets what is left of it when that is less
+    than test_wall_s, and the tests it leaves no time for fail as timed out, unrun."""
     import signal as _signal
 
     out = StdioOutcome(total=len(tests))
+    deadline = None if budget_s is None else time.monotonic() + budget_s
     try:
         rep = session.request({"op": "stdio_load", "src": program})
     except SandboxStop as e:
@@ -121,8 +126,20 @@ def run_tests(session: Session, program: str, tests: list[tuple[str, str]], test
         out.kind, out.failure = "compile", f"the program does not compile: {name}: {msg}"[:1000]
         return out
     for i, (inp, want) in enumerate(tests, 1):
+        wall = test_wall_s
+        if deadline is not None:
+            wall = min(wall, deadline - time.monotonic())
+            if wall < 0.01:
+                unrun = (f"test {i}" + (f" to {len(tests)}" if i < len(tests) else "")
+                         + f" not run: the check's {budget_s:g} s of wall clock were spent")
+                out.timed_out += len(tests) - i + 1
+                if out.failure is None:
+                    out.kind, out.failure = "timeout", unrun
+                else:
+                    out.failure += f"; {unrun}"
+                return out
         try:
-            rep = session.request({"op": "stdio_run", "input": inp, "wall_s": test_wall_s, "max_output": max_output})
+            rep = session.request({"op": "stdio_run", "input": inp, "wall_s": wall, "max_output": max_output})
         except SandboxStop as e:
             out.stop = e
             return out
@@ -136,7 +153,7 @@ def run_tests(session: Session, program: str, tests: list[tuple[str, str]], test
         sig = sig if isinstance(sig, int) else None
         code = code if isinstance(code, int) else None
         if rep["timeout"]:
-            kind, failure = "timeout", f"test {i}: no exit within {test_wall_s:g} s of wall clock"
+            kind, failure = "timeout", f"test {i}: no exit within {round(wall, 2):g} s of wall clock"
         elif rep.get("output_limit"):
             kind, failure = "output_limit", f"test {i}: stdout passed {max_output} bytes"
         elif sig == _signal.SIGXCPU:
