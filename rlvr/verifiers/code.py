@@ -22,7 +22,9 @@ with ``entry_point``; both with optional ``prefix``. Or ``stdio_tests`` (``[{"in
 "output"}]``, APPS): the program runs once per test in its own process in the sandbox with
 the input on stdin, and its stdout is compared here, after normalising whitespace, with the
 expected output, which never enters the sandbox (rlvr.sandbox.stdio); stop at the first
-failure, a CPU and a wall-clock limit per test (``test_timeout``).
+failure, a CPU and a wall-clock limit per test (``test_timeout``), the whole check within
+``wall_timeout`` or the tests' share up to MAX_CHECK_S (_check_budget). The pool's limit for
+one verification follows these options (timeout_s).
 
 Statuses: correct (every test passed), wrong (a test failed, the program raised or
 exited, printed past the output cap, or ran out of memory), timeout (wall clock or CPU
@@ -42,7 +44,7 @@ mode (default | allenai: AllenAI's open-instruct grading, below), pass_rate_thre
 
 ``mode: allenai`` grades as open-instruct's code verifiers do (its ``code`` and
 ``code_stdio``), to reproduce the rewards of AllenAI's RLVR runs: every test runs (a failed
-or timed-out one does not stop the others), stdin/stdout outputs are compared line by line
+or timed-out one does not stop the others; each assert in a fresh child of its own), stdin/stdout outputs are compared line by line
 with numbers by value (LiveCodeBench's rule, rlvr.sandbox.stdio.same_lines), and the
 verdict's ``score`` is the pass rate, which ``--reward-mode fraction`` makes the reward.
 The status is still correct only when every test passed.
