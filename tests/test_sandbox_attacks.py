@@ -834,6 +834,23 @@ def test_stdio_limits_hold_per_test(program, status, words):
     assert v["tests_passed"] == 2 and words in v["error"], v
 
 
+def test_stdio_input_larger_than_the_file_size_limit():
+    """code.fsize_mb binds what the program writes, not the test's input (the grader's data):
+    a 3 MB input under a 1 MB limit reaches the program, whose own writes stay capped, in
+    stdin/stdout and assert checks alike (hard limit included)."""
+    big = "7" * (3 << 20)
+    rec = {"stdio_tests": [{"input": big + "\n", "output": f"{len(big)}\n"}, {"input": "12\n", "output": "2\n"}]}
+    cfg = {**CFG, "fsize_mb": 1}
+    v = code.verify(rec, "print(len(input()))\n", cfg)
+    assert v["status"] == "correct", v
+    writer = "import resource\ns = input()\nprint(resource.getrlimit(resource.RLIMIT_FSIZE))\nopen('f', 'w').write(s)\n"
+    v = code.verify({"stdio_tests": [{"input": "1" * (2 << 20), "output": "(1048576, 1048576)"}]}, writer, cfg)
+    assert v["status"] == "wrong" and "exit status 1" in v["error"] and "File too large" in v.get("output_tail", ""), v
+    limit = "import resource\ndef fsize():\n    return resource.getrlimit(resource.RLIMIT_FSIZE)\n"
+    v = code.verify({"tests": ["assert fsize() == (1 << 20, 1 << 20)"]}, limit, cfg)
+    assert v["status"] == "correct", v
+
+
 def test_stdio_large_integers():
     """Python's 4,300-digit limit on int/str conversion is lifted for the program."""
     old = sys.get_int_max_str_digits()

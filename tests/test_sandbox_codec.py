@@ -230,3 +230,100 @@ def test_wipe_removes_any_tree_and_follows_no_link(tmpfs_path):
     assert zygote.wipe(str(root), keep=str(root / "w")) is True
     assert sorted(os.listdir(root)) == ["w"] and os.listdir(root / "w") == ["kept"]
     assert (outside / "canary").read_text() == "keep me"
+
+
+def test_wipe_reports_a_tree_it_could_not_finish(tmpfs_path, monkeypatch):
+    """A directory moved away while wipe works below it (another process of the sandbox uid,
+    without a PID namespace): the climb back reaches another directory, wipe stops there and
+    says the tree is not clean, so the server does not reuse it."""
+    root, away = tmpfs_path / "root", tmpfs_path / "away"
+    (root / "a" / "b").mkdir(parents=True)
+    (root / "a" / "b" / "f").write_text("x")
+    (root / "a" / "g").write_text("x")
+    away.mkdir()
+    real_open = os.open
+    moved = []
+
+    def open_moving(name, flags, *args, **kwargs):
+        if name == ".." and not moved:  # climbing back from b: move b out from under a first
+            os.rename(root / "a" / "b", away / "b")
+            moved.append(True)
+        return real_open(name, flags, *args, **kwargs)
+
+    monkeypatch.setattr(zygote.os, "open", open_moving)
+    assert zygote.wipe(str(root)) is False
+    monkeypatch.setattr(zygote.os, "open", real_open)
+    assert moved and os.listdir(root) == ["a"]  # it stopped: nothing above b was touched
+    assert zygote.wipe(str(root)) is True and os.listdir(root) == []
+
+
+def test_wipe_of_a_path_that_is_not_a_directory(tmp_path):
+    """A path that is gone is clean; a file where the directory should be is not."""
+    assert zygote.wipe(str(tmp_path / "missing")) is True
+    (tmp_path / "file").write_text("x")
+    assert zygote.wipe(str(tmp_path / "file")) is False
+
+
+def test_a_test_process_that_cannot_be_forked_is_retried_then_reported(monkeypatch):
+    """run_stdio (the agent's side of one stdin/stdout test): a fork failing with EAGAIN is
+    tried again; one that keeps failing is reported as the sandbox's failure ("infra"),
+    which the caller raises as ChildNotStarted (a retried check, then a sandbox error),
+    never as a malformed reply graded wrong."""
+    import errno
+
+    from rlvr.sandbox import stdio
+    from rlvr.sandbox.server import ChildNotStarted
+
+    real_fork, calls = os.fork, []
+
+    def failing_fork(times):
+        def fork():
+            calls.append(1)
+            if len(calls) <= times:
+                raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+            return real_fork()
+        return fork
+
+    program = compile("print(int(input()) * 2)", "<solution>", "exec")
+    monkeypatch.setattr(zygote, "FORK_TRIES", 3)
+    monkeypatch.setattr(zygote.os, "fork", failing_fork(2))  # fails twice, then works
+    rep = zygote.run_stdio(program, "21\n", 60.0, 1 << 16)
+    assert len(calls) == 3 and rep.get("exit") == 0 and rep["out"] == "42\n", rep
+    calls.clear()
+    monkeypatch.setattr(zygote.os, "fork", failing_fork(99))
+    rep = zygote.run_stdio(program, "21\n", 60.0, 1 << 16)
+    assert len(calls) == 3 and "Resource temporarily unavailable" in rep["infra"] and "out" not in rep, rep
+
+    class Session:  # the caller's side, given that reply
+        def request(self, msg):
+            return {"v": None} if msg["op"] == "stdio_load" else rep
+
+    with pytest.raises(ChildNotStarted, match="test 1: cannot start the test process"):
+        stdio.run_tests(Session(), "print(2)", [("21\n", "42\n")], 10.0, 1 << 16)
+
+
+def test_a_check_whose_test_process_never_starts_is_an_error_after_one_retry(monkeypatch):
+    """The code verifier's side: the check is made twice, then graded as the sandbox's error."""
+    import contextlib
+
+    from rlvr.sandbox import stdio
+    from rlvr.sandbox.server import ChildNotStarted
+    from rlvr.verifiers import code
+
+    class Sandbox:
+        mode, isolation = "process", ["rlimits"]
+
+        @contextlib.contextmanager
+        def session(self, limits):
+            yield object()
+
+    tries = []
+
+    def run_tests(session, *args, **kwargs):
+        tries.append(1)
+        raise ChildNotStarted("test 1: cannot start the test process: [Errno 11] Resource temporarily unavailable")
+
+    monkeypatch.setattr(code, "get_sandbox", lambda config: Sandbox())
+    monkeypatch.setattr(stdio, "run_tests", run_tests)
+    v = code.verify({"stdio_tests": [{"input": "1\n", "output": "2\n"}]}, "print(2)", {})
+    assert len(tries) == 2 and v["status"] == "error" and "Resource temporarily unavailable" in v["error"], v

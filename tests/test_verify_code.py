@@ -125,6 +125,59 @@ def test_timeout_status():
     assert v["status"] == "timeout" and "wall-clock" in v["error"]
 
 
+def test_allenai_mode_runs_every_assert_in_its_own_process_with_its_own_time_limit():
+    """open-instruct's code verifier: each test runs the program afresh in a process of its
+    own with its own timeout; one that hangs, spins or ends the process fails alone, the
+    others still count; the whole check stays within its wall-clock budget."""
+    rec = {"tests": ["assert f(1) == 1", "assert f(2) == 2", "assert f(3) == 3"]}
+    cfg = {"mode": "allenai", "timeout": 0.5, "test_timeout": 1.0}
+    for program in ("import time\ndef f(x):\n    if x == 1:\n        time.sleep(60)\n    return x\n",
+                    "def f(x):\n    while x == 2:\n        pass\n    return x\n"):
+        v = run(rec, program, **cfg)
+        assert v["status"] == "wrong" and v["tests_passed"] == 2 and v["score"] == 2 / 3, (program, v)
+        assert v["tests_timed_out"] == 1 and "limit" in v["error"], v
+    v = run(rec, "import os\ndef f(x):\n    if x == 1:\n        os._exit(3)\n    return x\n", **cfg)
+    assert v["tests_passed"] == 2 and v["exit_code"] == 3 and "test 1: exited" in v["error"], v
+    # globals do not carry over: each test loads the program afresh
+    assert run(rec, "calls = []\ndef f(x):\n    calls.append(x)\n    return x if len(calls) == 1 else 0\n",
+               **cfg)["status"] == "correct"
+    # the budget: 1.5 s for three tests that all hang: test 3 gets no time, and fails unrun
+    v = run(rec, "import time\ndef f(x):\n    time.sleep(60)\n", **cfg, wall_timeout=1.5)
+    assert v["status"] == "timeout" and v["tests_timed_out"] == 3 and "test 3 not run" in v["error"], v
+    # a program that never finishes loading would do so for every test: all fail, once
+    v = run(rec, "while True:\n    pass\n", **cfg)
+    assert v["status"] == "timeout" and v["tests_passed"] == 0 and v["tests_timed_out"] == 3, v
+
+
+@pytest.mark.parametrize("config", [{}, {"timeout": 1}, {"timeout": 30}, {"test_timeout": 100}, {"wall_timeout": 300},
+                                    {"mode": "allenai", "test_timeout": 0.5}, {"timeout": 0.1, "wall_timeout": 0.1}])
+def test_the_pools_limit_covers_every_check_the_options_allow(config):
+    """The pool's hard limit for a code verification follows the options (timeout_s, asked
+    by the pool in place of TIMEOUT_S): the longest check they allow, a stdin/stdout check
+    of any number of tests included, made twice, fits in it, so a slow program is graded by
+    its own limits and never killed with the worker."""
+    from rlvr.verification.pool import _module_timeout
+
+    limits, _, opts = code._settings(config)
+    limit = _module_timeout(code, config)
+    assert limit == code.timeout_s(config)
+    for n in (1, 3, 100, 10 ** 6):
+        budget = code._check_budget(limits, opts, n)
+        assert 2 * (budget + code.OVERHEAD_S) <= limit and 2 * (limits.wall + code.OVERHEAD_S) <= limit
+        # bounded: a record of a million tests does not hold a worker for days
+        assert budget <= max(code.MAX_CHECK_S, code._test_wall(limits, opts) + 5.0, config.get("wall_timeout", 0))
+
+
+def test_a_stdio_check_is_bounded_by_its_budget_and_each_test_gets_what_is_left():
+    tests = [{"input": f"{i}\n", "output": f"{i}\n"} for i in range(4)]
+    slow = "import time\nn = int(input())\nif n:\n    time.sleep(60)\nprint(n)\n"
+    v = run({"stdio_tests": tests}, slow, mode="allenai", timeout=0.5, test_timeout=1.0, wall_timeout=1.5)
+    assert v["tests_passed"] == 1 and v["tests_timed_out"] == 3 and v["score"] == 0.25, v
+    assert "test 4 not run: the check's 1.5 s of wall clock were spent" in v["error"], v
+    v = run({"stdio_tests": tests}, slow, timeout=0.5, test_timeout=1.0, wall_timeout=1.5)
+    assert v["status"] == "timeout" and v["tests_passed"] == 1 and "test 2: no exit within 1 s" in v["error"], v
+
+
 @pytest.mark.parametrize("record,needle", [
     ({"prompt": "x"}, "no tests"),
     ({"test": "def check(candidate):\n    assert candidate() == 1\n"}, "entry_point"),

@@ -30,6 +30,9 @@ NAME = "probe"
 VERSION = "p1"
 TIMEOUT_S = 1.0
 
+def timeout_s(config):
+    return float(config.get("limit", TIMEOUT_S))
+
 def verify(record, completion, config):
     cmd, _, arg = completion.partition(":")
     if cmd == "ok":
@@ -275,6 +278,17 @@ def test_module_timeout_and_per_verifier_override(probe_dir):
         assert statuses(r) == ["timeout"]
     with pytest.raises(ValueError):
         VerifierPool(jobs=1, timeout=-1)
+
+
+def test_a_verifier_s_own_limit_follows_its_options(probe_dir):
+    """A module's timeout_s(options) (the code verifier's follows its time limits) is the
+    pool's limit for it in place of TIMEOUT_S; a limit given to the pool still wins."""
+    with VerifierPool(jobs=1, config={"probe": {"limit": 60}}) as p:
+        [r] = p.verify_all([rec(1, "sleep:1.5")])
+        assert statuses(r) == ["correct"]
+    with VerifierPool(jobs=1, timeout={"probe": 0.3}, config={"probe": {"limit": 60}}) as p:
+        [r] = p.verify_all([rec(1, "sleep:1.5")])
+        assert statuses(r) == ["timeout"]
 
 
 def test_config_forms_reach_the_verifier(probe_dir):

@@ -60,8 +60,9 @@ class SandboxError(RuntimeError):
 
 
 class ChildNotStarted(SandboxError):
-    """The server gave no confined child for a check (it died, e.g. after the previous check):
-    no code of this check has run, so the check can be made again on a fresh server."""
+    """The server gave no confined child for a check (it died, e.g. after the previous check),
+    or the child could not start a stdin/stdout test's process (fork failed after retries):
+    nothing the program did decided the check, so it can be made again from the start."""
 
 
 class SandboxStop(BaseException):

@@ -12,15 +12,19 @@ of LiveCodeBench and of AllenAI's open-instruct). Only the inputs enter the sand
 expected outputs never do, so a program can pass only by printing the right answer. Tests
 run in order and stop at the first failure (or, with ``run_all``, every test runs and the
 passes are counted: a pass rate); each has its own CPU limit (the sandbox's RLIMIT_CPU,
-counted afresh per process) and wall-clock limit.
+counted afresh per process) and wall-clock limit. A test process the sandbox could not
+start (fork failing under process pressure, after retries) raises ChildNotStarted: the
+caller makes the check again, and reports a sandbox error if that fails too, never a
+wrong answer.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
-from rlvr.sandbox.server import ProtocolError, Session, SandboxStop
+from rlvr.sandbox.server import ChildNotStarted, ProtocolError, Session, SandboxStop
 
 
 class StdioPlanError(ValueError):
@@ -87,7 +91,7 @@ def same_lines(got: str, want: str) -> bool:
 class StdioOutcome:
     total: int
     passed: int = 0
-    timed_out: int = 0               # tests past their CPU or wall-clock limit (run_all)
+    timed_out: int = 0               # tests past their CPU or wall-clock limit, or not run for want of time
     failure: str | None = None
     kind: str | None = None          # wrong | timeout | cpu | output_limit | compile
     exit_code: int | None = None
@@ -101,12 +105,16 @@ def _excerpt(s: str, n: int = 120) -> str:
 
 
 def run_tests(session: Session, program: str, tests: list[tuple[str, str]], test_wall_s: float,
-              max_output: int, compare=same_output, run_all: bool = False) -> StdioOutcome:
+              max_output: int, compare=same_output, run_all: bool = False,
+              budget_s: float | None = None) -> StdioOutcome:
     """Run the program on each test in order; stop at the first failure, or with run_all go
-    on and count the passes (the first failure is the one reported)."""
+    on and count the passes (the first failure is the one reported). budget_s bounds all
+    the tests together on the wall clock: a test gets what is left of it when that is less
+    than test_wall_s, and the tests it leaves no time for fail as timed out, unrun."""
     import signal as _signal
 
     out = StdioOutcome(total=len(tests))
+    deadline = None if budget_s is None else time.monotonic() + budget_s
     try:
         rep = session.request({"op": "stdio_load", "src": program})
     except SandboxStop as e:
@@ -118,11 +126,25 @@ def run_tests(session: Session, program: str, tests: list[tuple[str, str]], test
         out.kind, out.failure = "compile", f"the program does not compile: {name}: {msg}"[:1000]
         return out
     for i, (inp, want) in enumerate(tests, 1):
+        wall = test_wall_s
+        if deadline is not None:
+            wall = min(wall, deadline - time.monotonic())
+            if wall < 0.01:
+                unrun = (f"test {i}" + (f" to {len(tests)}" if i < len(tests) else "")
+                         + f" not run: the check's {budget_s:g} s of wall clock were spent")
+                out.timed_out += len(tests) - i + 1
+                if out.failure is None:
+                    out.kind, out.failure = "timeout", unrun
+                else:
+                    out.failure += f"; {unrun}"
+                return out
         try:
-            rep = session.request({"op": "stdio_run", "input": inp, "wall_s": test_wall_s, "max_output": max_output})
+            rep = session.request({"op": "stdio_run", "input": inp, "wall_s": wall, "max_output": max_output})
         except SandboxStop as e:
             out.stop = e
             return out
+        if "infra" in rep:  # the test process could not be started: the sandbox's failure, not the program's
+            raise ChildNotStarted(f"test {i}: {str(rep['infra'])[:300]}")
         got = rep.get("out")
         if "x" in rep or not isinstance(got, str) or not isinstance(rep.get("timeout"), bool):
             out.stop = session._stop(ProtocolError("malformed reply to a test run"))
@@ -131,7 +153,7 @@ def run_tests(session: Session, program: str, tests: list[tuple[str, str]], test
         sig = sig if isinstance(sig, int) else None
         code = code if isinstance(code, int) else None
         if rep["timeout"]:
-            kind, failure = "timeout", f"test {i}: no exit within {test_wall_s:g} s of wall clock"
+            kind, failure = "timeout", f"test {i}: no exit within {round(wall, 2):g} s of wall clock"
         elif rep.get("output_limit"):
             kind, failure = "output_limit", f"test {i}: stdout passed {max_output} bytes"
         elif sig == _signal.SIGXCPU:

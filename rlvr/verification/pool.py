@@ -24,7 +24,8 @@ Deadlines are checked while the caller pulls records, so a consumer that stops p
 can only make timeouts more lenient, never stricter. Workers exit when the caller dies.
 
 Timeouts: ``timeout`` (seconds, for every verifier) or a dict {verifier: seconds,
-"default": seconds}; a verifier left out uses its module's TIMEOUT_S (math 3 s) or 5 s.
+"default": seconds}; a verifier left out uses its module's own limit (``timeout_s(options)``
+where it has one: code's follows its time limits; else ``TIMEOUT_S``, math 3 s) or 5 s.
 """
 
 from __future__ import annotations
@@ -51,6 +52,18 @@ DEFAULT_TIMEOUT_S = 5.0
 STARTUP_TIMEOUT_S = 120.0  # python start + verifier import + warmup, on a loaded machine
 _HDR = struct.Struct("<I")
 _ERR_TAIL = 4000
+
+
+def _module_timeout(mod, cfg: dict) -> float | None:
+    """A verifier's own limit for one verification: its timeout_s(options) where it has one
+    (the code verifier's depends on its time limits), else its TIMEOUT_S."""
+    fn = getattr(mod, "timeout_s", None)
+    if callable(fn):
+        try:
+            return float(fn(cfg))
+        except Exception:  # noqa: BLE001 - bad options get their error verdicts from verify
+            pass
+    return getattr(mod, "TIMEOUT_S", None)
 
 
 def default_jobs() -> int:
@@ -180,9 +193,9 @@ def _worker_main(rfd: int, wfd: int) -> None:
         if mod is None:
             send({"op": "begin", "tid": tid, "error": err})
             continue
-        send({"op": "begin", "tid": tid, "version": str(getattr(mod, "VERSION", "?")),
-              "timeout": getattr(mod, "TIMEOUT_S", None)})
         cfg = config.get(name, {})
+        send({"op": "begin", "tid": tid, "version": str(getattr(mod, "VERSION", "?")),
+              "timeout": _module_timeout(mod, cfg)})
         k = 0
         for rec, completions in msg["items"]:
             for completion in completions:

@@ -12,7 +12,8 @@ score) to reward through the reward table. It runs verify in killable worker pro
 so verify itself need not guard against hangs.
 
 Optional module attributes the pool uses: ``TIMEOUT_S`` (the default per-verification
-timeout, else 5 s), ``warmup()`` (run once per worker after import, before any clock
+timeout, else 5 s), ``timeout_s(options: dict)`` (that timeout when it depends on the
+verifier's options; called in the worker, preferred to TIMEOUT_S), ``warmup()`` (run once per worker after import, before any clock
 starts: import heavy libraries there), ``check_config(options: dict)`` (raise ValueError
 for a bad option; called once in the caller's process). ``config`` passed to verify is
 this verifier's own options (e.g. {"mode": "strict-match"} for math).

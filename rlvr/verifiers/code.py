@@ -22,7 +22,9 @@ with ``entry_point``; both with optional ``prefix``. Or ``stdio_tests`` (``[{"in
 "output"}]``, APPS): the program runs once per test in its own process in the sandbox with
 the input on stdin, and its stdout is compared here, after normalising whitespace, with the
 expected output, which never enters the sandbox (rlvr.sandbox.stdio); stop at the first
-failure, a CPU and a wall-clock limit per test (``test_timeout``).
+failure, a CPU and a wall-clock limit per test (``test_timeout``), the whole check within
+``wall_timeout`` or the tests' share up to MAX_CHECK_S (_check_budget). The pool's limit for
+one verification follows these options (timeout_s).
 
 Statuses: correct (every test passed), wrong (a test failed, the program raised or
 exited, printed past the output cap, or ran out of memory), timeout (wall clock or CPU
@@ -42,7 +44,7 @@ mode (default | allenai: AllenAI's open-instruct grading, below), pass_rate_thre
 
 ``mode: allenai`` grades as open-instruct's code verifiers do (its ``code`` and
 ``code_stdio``), to reproduce the rewards of AllenAI's RLVR runs: every test runs (a failed
-or timed-out one does not stop the others), stdin/stdout outputs are compared line by line
+or timed-out one does not stop the others; each assert in a fresh child of its own), stdin/stdout outputs are compared line by line
 with numbers by value (LiveCodeBench's rule, rlvr.sandbox.stdio.same_lines), and the
 verdict's ``score`` is the pass rate, which ``--reward-mode fraction`` makes the reward.
 The status is still correct only when every test passed.
@@ -51,19 +53,25 @@ The status is still correct only when every test passed.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 import signal
+import time
 
 from rlvr.sandbox import grading, stdio
 from rlvr.sandbox.remote import Link
-from rlvr.sandbox.server import (ChildNotStarted, Limits, SandboxConfig, SandboxError, SandboxStop,
+from rlvr.sandbox.server import (ChildNotStarted, Finished, Limits, SandboxConfig, SandboxError, SandboxStop,
                                  SandboxTimeout, get_sandbox)
 
 NAME = "code"
 VERSION = "1"
-# The pool's hard limit for one verification: the program's own wall-clock limit (10 s by
-# default) plus room for the sandbox server's start and the trusted test code.
-TIMEOUT_S = 15.0
+# A check that runs test by test (stdin/stdout tests; asserts in mode allenai) takes at most
+# test_timeout x tests + 5 s of wall clock, and at most this (or one test's time, if longer)
+# unless wall_timeout says otherwise: a record of a thousand tests cannot hold a worker for hours.
+MAX_CHECK_S = 60.0
+# Room for what is not the program's time: the sandbox server's start, the child's hello, the
+# trusted test code, the cleanup.
+OVERHEAD_S = 10.0
 
 _DEFAULTS = {"timeout": 5.0, "wall_timeout": None, "memory_mb": 1024, "nproc": 64, "fsize_mb": 16, "nofile": 64,
              "max_output_bytes": 1 << 20, "tmpfs_mb": 64, "sandbox": "auto", "network": False,
@@ -124,6 +132,33 @@ def _settings(config: dict) -> tuple[Limits, SandboxConfig, dict]:
     return limits, sbc, {"strict_types": c["strict_types"], "numeric_cross": c["numeric_cross"],
                          "test_timeout": c["test_timeout"], "mode": c["mode"],
                          "pass_rate_threshold": float(c["pass_rate_threshold"])}
+
+
+def _test_wall(limits: Limits, opts: dict) -> float:
+    """Wall-clock seconds for one test of a check that runs test by test."""
+    return float(opts["test_timeout"] or 2.0 * limits.timeout_s)
+
+
+def _check_budget(limits: Limits, opts: dict, n_tests: int) -> float:
+    """Wall-clock seconds for the whole of a check that runs n_tests tests one by one."""
+    if limits.wall_s is not None:
+        return limits.wall_s
+    test_wall = _test_wall(limits, opts)
+    return min(test_wall * n_tests + 5.0, max(MAX_CHECK_S, test_wall + 5.0))
+
+
+def timeout_s(config: dict | None = None) -> float:
+    """The pool's hard limit for one verification under this config (rlvr.verification.pool
+    asks for it in place of TIMEOUT_S): the longest check the config allows, made twice (a
+    check whose process never started is made again), plus overheads. So the program is
+    always stopped by its own limits, and graded by them, before the pool kills the worker."""
+    limits, _, opts = _settings(config or {})
+    longest = max(limits.wall, _check_budget(limits, opts, 1 << 30))
+    return 2.0 * (longest + OVERHEAD_S)
+
+
+# The pool's limit under the default options (the pool calls timeout_s with the options in use).
+TIMEOUT_S = timeout_s()
 
 
 def _pass_rate(verdict: dict, opts: dict) -> None:
@@ -267,6 +302,8 @@ def verify(record: dict, completion: str, config: dict) -> dict:
     if program is None:
         return verdict
     sandbox = get_sandbox(sbc)
+    if opts["mode"] == "allenai" and plan.kind == "asserts":
+        return _verify_each(verdict, program, how, plan, sandbox, limits, opts)
 
     def check(session):
         link = Link(session)
@@ -327,9 +364,97 @@ def verify(record: dict, completion: str, config: dict) -> dict:
     return _finish(verdict, fin, fin.signal, sandbox, how, {"calls": calls, "batched": batched or None})
 
 
+def _verify_each(verdict: dict, program: str, how: str, plan, sandbox, limits: Limits, opts: dict) -> dict:
+    """Mode allenai, assert tests (open-instruct's code verifier): each test in a fresh child
+    of its own with the program loaded afresh, its own wall-clock limit (test_timeout) and
+    CPU limit; a test that fails, times out or ends the process fails alone and the others
+    still run, within the check's budget (_check_budget: the tests it leaves no time for
+    fail, unrun). The score is the share of tests passed."""
+    compare = {k: opts[k] for k in ("strict_types", "numeric_cross")}
+    total = len(plan.units)
+    test_wall = _test_wall(limits, opts)
+    budget = _check_budget(limits, opts, total)
+    deadline = time.monotonic() + budget
+    passed = timed_out = calls = 0
+    failure = signum = exit_code = None
+    last = None
+
+    def one(unit, wall):
+        def work(session):
+            link = Link(session)
+            try:
+                names, known = link.load(program, plan.want, [])  # no batch: each call within its test's time
+            except SandboxStop as e:
+                return grading.Outcome(total=1, stop=e), "load", session.finish(wait=True), link.calls
+            except SandboxError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the program raised while loading
+                return grading.Outcome(total=1, failure=f"the program raised {type(e).__name__}: {e}"), "load", \
+                    session.finish(), link.calls
+            sub = dataclasses.replace(plan, units=[unit], calls=[])
+            out = grading.run_plan(sub, link, names, known, **compare)
+            return out, "test", session.finish(wait=out.stop is not None), link.calls
+        return _in_session(sandbox, dataclasses.replace(limits, wall_s=wall), work)
+
+    try:
+        for i, unit in enumerate(plan.units, 1):
+            wall = min(test_wall, deadline - time.monotonic())
+            if wall < 0.01:
+                timed_out += total - i + 1
+                unrun = f"test {i}" + (f" to {total}" if i < total else "") + \
+                    f" not run: the check's {budget:g} s of wall clock were spent"
+                failure = unrun if failure is None else f"{failure}; {unrun}"
+                break
+            out, stage, fin, n_calls = one(unit, wall)
+            calls += n_calls
+            last = fin
+            if out.stop is None and out.failure is None and out.passed:
+                passed += 1
+                continue
+            stop = out.stop
+            cpu = stop is not None and fin.signal == signal.SIGXCPU
+            slow = stop is not None and (isinstance(stop, SandboxTimeout) or fin.backstop or cpu)
+            if stop is None:
+                why = out.failure
+                if stage == "test" and why.startswith("test 1"):
+                    why = f"test {i}" + why[len("test 1"):]
+            elif slow:
+                why = (f"test {i}: CPU time limit: over {limits.timeout_s:g} s of CPU" if cpu
+                       else f"test {i}: wall-clock limit: no answer within {round(wall, 2):g} s")
+            else:
+                why = f"test {i}: {stop.reason}: {stop}"
+            if failure is None:
+                failure, signum = why, fin.signal
+                exit_code = fin.exit if stop is not None else None
+            if stage == "load":  # the program itself fails (or hangs) before any test: so would every test
+                timed_out += (total - i + 1) if slow else 0
+                break
+            timed_out += slow
+    except grading.PlanError as e:
+        verdict["error"] = f"unusable tests: {e}"
+        return verdict
+    except SandboxError as e:
+        verdict["error"] = f"sandbox: {e}"
+        verdict["isolation"] = list(sandbox.isolation)
+        return verdict
+    verdict["tests_passed"], verdict["tests_total"] = passed, total
+    if passed == total:
+        verdict["status"] = "correct"
+    else:
+        verdict["status"] = "timeout" if timed_out == total else "wrong"
+        verdict["error"] = (failure or "")[:1000]
+        if timed_out:
+            verdict["tests_timed_out"] = timed_out
+        if exit_code is not None:
+            verdict["exit_code"] = exit_code
+    _pass_rate(verdict, opts)
+    return _finish(verdict, last or Finished(), signum, sandbox, how, {"calls": calls})
+
+
 def _in_session(sandbox, limits: Limits, work):
-    """work(session) in a fresh sandboxed child; once more, on a fresh server, when the child
-    never started (the server died after an earlier check: nothing of this program ran)."""
+    """work(session) in a fresh sandboxed child; once more when the child never started (the
+    server died after an earlier check, and a fresh one is started) or could not start a
+    test's process: nothing of this program decided the check."""
     try:
         with sandbox.session(limits) as session:
             return work(session)
@@ -383,17 +508,19 @@ def _verify_stdio(record: dict, completion: str, config: dict) -> dict:
     if program is None:
         return verdict
     # Each test: `timeout` CPU seconds (RLIMIT_CPU, afresh per test process) and test_timeout
-    # seconds of wall clock (2 x timeout); the whole check: wall_timeout, else every test's share.
-    test_wall = float(opts["test_timeout"] or 2.0 * limits.timeout_s)
-    whole = limits.wall_s if limits.wall_s is not None else test_wall * len(tests) + 5.0
-    limits = Limits(timeout_s=limits.timeout_s, wall_s=whole, memory_mb=limits.memory_mb, nproc=limits.nproc,
-                    fsize_mb=limits.fsize_mb, nofile=limits.nofile, max_output_bytes=limits.max_output_bytes)
+    # seconds of wall clock (2 x timeout); the whole check: _check_budget (the tests' share,
+    # capped), within which each test gets what is left. The session's own wall clock is a
+    # backstop past that (the agent ends each test process in time itself).
+    test_wall = _test_wall(limits, opts)
+    budget = _check_budget(limits, opts, len(tests))
+    limits = dataclasses.replace(limits, wall_s=budget + OVERHEAD_S)
     allenai = opts["mode"] == "allenai"
     sandbox = get_sandbox(sbc)
 
     def check(session):
         outcome = stdio.run_tests(session, program, tests, test_wall, limits.max_output_bytes,
-                                  compare=stdio.same_lines if allenai else stdio.same_output, run_all=allenai)
+                                  compare=stdio.same_lines if allenai else stdio.same_output, run_all=allenai,
+                                  budget_s=budget)
         return outcome, session.finish(wait=outcome.stop is not None)
 
     try:

@@ -230,9 +230,7 @@ def _extract(text: str, last_number: bool) -> tuple[str | None, str | None]:
         _, ans, how = max(cands)
         return ans, how
     if last_number:
-        m = None
-        for m in _NUMBER.finditer(text):
-            pass
+        m = _last_number(text)
         span = _last_math(text)
         # the last math span, unless a number in the prose after it ends the text
         if span is not None and (m is None or m.end() <= span[1]):
@@ -246,11 +244,12 @@ def _extract(text: str, last_number: bool) -> tuple[str | None, str | None]:
     return None, None
 
 
-def _last_number(text: str) -> str | None:
+def _last_number(text: str) -> re.Match | None:
+    """The last plain number of a text (``1,234``, ``-0.5``, ``.5``), or None."""
     m = None
     for m in _NUMBER.finditer(text):
         pass
-    return m.group(0) if m else None
+    return m
 
 
 _DISPLAY_ENV = re.compile(r"\\begin\{(align\*?|aligned|equation\*?|gather\*?|gathered|eqnarray\*?|displaymath)\}")
@@ -1273,6 +1272,6 @@ def verify(record: dict, completion: str, config: dict) -> dict:
         # before the last-span rule; a marked one (\\boxed{x^2-4=0}) stays wrong
         num = _last_number(completion)
         if num is not None:
-            pred, how = num, "last_number"
+            pred, how = num.group(0), "last_number"
             ok, method = equivalent(gold, pred, config.get("max_symbolic_chars", 1000))
     return {"status": "correct" if ok else "wrong", "extracted": pred[:1000], "method": method, "source": how}
