@@ -291,6 +291,16 @@ def check_record(record: dict) -> tuple[str, str] | None:
     return None
 
 
+def _check_failed(verdict: dict, sandbox, e: Exception) -> dict:
+    """The verdict of a check whose tests cannot be used (PlanError) or whose sandbox failed."""
+    if isinstance(e, SandboxError):
+        verdict["error"] = f"sandbox: {e}"
+        verdict["isolation"] = list(sandbox.isolation)
+    else:
+        verdict["error"] = f"unusable tests: {e}"
+    return verdict
+
+
 def verify(record: dict, completion: str, config: dict) -> dict:
     """Run the completion's code against the record's tests in the sandbox; return a verdict."""
     config = config or {}
@@ -325,13 +335,8 @@ def verify(record: dict, completion: str, config: dict) -> dict:
 
     try:
         outcome, load_error, fin, calls, batched = _in_session(sandbox, limits, check)
-    except grading.PlanError as e:
-        verdict["error"] = f"unusable tests: {e}"
-        return verdict
-    except SandboxError as e:
-        verdict["error"] = f"sandbox: {e}"
-        verdict["isolation"] = list(sandbox.isolation)
-        return verdict
+    except (grading.PlanError, SandboxError) as e:
+        return _check_failed(verdict, sandbox, e)
     verdict["tests_passed"] = outcome.passed
     verdict["tests_total"] = outcome.total
     if plan.kind == "check":
@@ -430,13 +435,8 @@ def _verify_each(verdict: dict, program: str, how: str, plan, sandbox, limits: L
                 timed_out += (total - i + 1) if slow else 0
                 break
             timed_out += slow
-    except grading.PlanError as e:
-        verdict["error"] = f"unusable tests: {e}"
-        return verdict
-    except SandboxError as e:
-        verdict["error"] = f"sandbox: {e}"
-        verdict["isolation"] = list(sandbox.isolation)
-        return verdict
+    except (grading.PlanError, SandboxError) as e:
+        return _check_failed(verdict, sandbox, e)
     verdict["tests_passed"], verdict["tests_total"] = passed, total
     if passed == total:
         verdict["status"] = "correct"
