@@ -144,6 +144,13 @@ def test_allenai_mode_runs_every_assert_in_its_own_process_with_its_own_time_lim
     # the budget: 1.5 s for three tests that all hang: test 3 gets no time, and fails unrun
     v = run(rec, "import time\ndef f(x):\n    time.sleep(60)\n", **cfg, wall_timeout=1.5)
     assert v["status"] == "timeout" and v["tests_timed_out"] == 3 and "test 3 not run" in v["error"], v
+    # a program slow to load, each test within its limit: the budget runs out during a load, and
+    # the rest are said unrun for the budget, not blamed on a limit the program never met
+    # (a budget below test_timeout: whichever test meets its end meets it while loading)
+    v = run(rec, "import time\ntime.sleep(0.4)\ndef f(x):\n    return x\n", **dict(cfg, test_timeout=3.0),
+            wall_timeout=1.0)
+    assert v["tests_passed"] < 3 and v["tests_passed"] + v["tests_timed_out"] == 3, v
+    assert "not run: the check's 1 s of wall clock were spent" in v["error"] and "limit" not in v["error"], v
     # a program that never finishes loading would do so for every test: all fail, once
     v = run(rec, "while True:\n    pass\n", **cfg)
     assert v["status"] == "timeout" and v["tests_passed"] == 0 and v["tests_timed_out"] == 3, v

@@ -401,14 +401,17 @@ def _verify_each(verdict: dict, program: str, how: str, plan, sandbox, limits: L
             return out, "test", session.finish(wait=out.stop is not None), link.calls
         return _in_session(sandbox, dataclasses.replace(limits, wall_s=wall), work)
 
+    def spent(i: int) -> str:
+        unrun = f"test {i}" + (f" to {total}" if i < total else "") + \
+            f" not run: the check's {budget:g} s of wall clock were spent"
+        return unrun if failure is None else f"{failure}; {unrun}"
+
     try:
         for i, unit in enumerate(plan.units, 1):
             wall = min(test_wall, deadline - time.monotonic())
             if wall < 0.01:
                 timed_out += total - i + 1
-                unrun = f"test {i}" + (f" to {total}" if i < total else "") + \
-                    f" not run: the check's {budget:g} s of wall clock were spent"
-                failure = unrun if failure is None else f"{failure}; {unrun}"
+                failure = spent(i)
                 break
             out, stage, fin, n_calls = one(unit, wall)
             calls += n_calls
@@ -419,6 +422,12 @@ def _verify_each(verdict: dict, program: str, how: str, plan, sandbox, limits: L
             stop = out.stop
             cpu = stop is not None and fin.signal == signal.SIGXCPU
             slow = stop is not None and (isinstance(stop, SandboxTimeout) or fin.backstop or cpu)
+            if stage == "load" and slow and not cpu and wall < test_wall:
+                # the program was still loading when what was left of the budget ran out, not its
+                # own limit: the budget was spent (not a program that hangs before any test)
+                timed_out += total - i + 1
+                failure = spent(i)
+                break
             if stop is None:
                 why = out.failure
                 if stage == "test" and why.startswith("test 1"):
