@@ -170,3 +170,30 @@ def test_keywords_are_literal(iid, kwargs, text, ok):
 def test_unreadable_csv_is_not_followed(iid, text):
     strict, loose, errors = evaluate("ifbench", [iid], [{}], text)
     assert (strict, loose, errors) == ([False], [False], [])
+
+
+def test_if_multi_keywords_and_phrases_are_literal_too():
+    """The IFEvalG checkers of if_multi match keywords and phrase words as text, as ifeval's do
+    ('f(x' used to crash the check, 'c++' to match any c)."""
+    from rlvr.verifiers import if_checks
+
+    def ok(iid, kwargs, text):
+        v = if_checks.verify("if_multi", {"instruction_id_list": [iid], "kwargs": [kwargs]}, text, {})
+        assert v["status"] in ("correct", "wrong"), v
+        return v["status"] == "correct"
+
+    assert ok("keywords:word_once", {"keyword": "f(x"}, "here f(x) is defined")
+    assert not ok("keywords:word_once", {"keyword": "c++"}, "c and c")
+    assert ok("keywords:word_count_different_numbers", {"keyword": "c++", "frequency": 1, "relation": "at least"},
+              "I write c++ daily")
+    assert not ok("keywords:word_count_different_numbers", {"keyword": "c++", "frequency": 1,
+                                                            "relation": "at least"}, "I write c daily")
+
+
+def test_kwargs_from_numpy_and_tuples_build():
+    np = pytest.importorskip("numpy")
+    from rlvr.verifiers import if_checks
+
+    assert if_checks.kwarg_problem("num_words", np.int64(300)) is None
+    assert if_checks.kwarg_problem("keywords", ("a", "b")) is None
+    assert if_checks.kwarg_problem("num_words", True) == "a number"

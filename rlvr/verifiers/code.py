@@ -64,7 +64,7 @@ from rlvr.sandbox.server import (ChildNotStarted, Finished, Limits, SandboxConfi
                                  SandboxTimeout, get_sandbox)
 
 NAME = "code"
-VERSION = "1"
+VERSION = "2"  # 2: mode allenai runs each assert in a child of its own; one budget per check
 # A check that runs test by test (stdin/stdout tests; asserts in mode allenai) takes at most
 # test_timeout x tests + 5 s of wall clock, and at most this (or one test's time, if longer)
 # unless wall_timeout says otherwise: a record of a thousand tests cannot hold a worker for hours.

@@ -19,7 +19,7 @@ from __future__ import annotations
 from rlvr.verifiers import if_checks
 
 NAME = "ifeval"
-VERSION = "2"  # 2: kwargs of the wrong kind are bad ground truth; keywords literal; JSON too deep to parse is not followed
+VERSION = "3"  # 2: kwargs of the wrong kind are bad ground truth; keywords literal; JSON too deep to parse is not followed; 3: if_multi's own keyword and phrase checks literal too
 TIMEOUT_S = 10.0  # a 100k-character response with sentence and word counts takes ~1-2 s
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import numbers
 from typing import Any
 
 from rlvr.verifiers.if_checks import nlp
@@ -71,14 +72,15 @@ _TEXTS_KWARGS = frozenset({"keywords", "forbidden_words"})
 def kwarg_problem(key: str, value) -> str | None:
     """Why ``value`` cannot be kwarg ``key`` (None when it can, or the name is not listed)."""
     if key in _NUMBER_KWARGS:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value \
+        # numbers.Real: NumPy's integers and floats too (rows handed over from pandas)
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or value != value \
                 or value in (float("inf"), float("-inf")):
             return "a number"
     elif key in _TEXT_KWARGS:
         if not isinstance(value, str):
             return "a string"
     elif key in _TEXTS_KWARGS:
-        if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        if not isinstance(value, (list, tuple)) or not all(isinstance(x, str) for x in value):
             return "a list of strings"
     return None
 

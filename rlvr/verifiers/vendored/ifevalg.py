@@ -24,7 +24,9 @@ as ``verifier: if_multi``. Source: allenai/open-instruct@e6c3044
 checkers are the same code as Google's (checked class by class), so they come from
 ``ifeval``; this module holds the 28 checkers open-instruct adds. Changes for rlvr:
 NLTK and ``random`` go through ``rlvr.verifiers.if_checks.nlp`` (packaged data, a
-reseeded generator), and ``CopySpanIdxChecker`` keeps a given ``n_start`` of 0.
+reseeded generator), ``CopySpanIdxChecker`` keeps a given ``n_start`` of 0, and keywords
+and phrase words are matched as text, not as regular expressions (``re.escape``: upstream's
+``f(x`` crashed the check, ``c++`` matched any ``c``).
 """
 
 import re
@@ -93,7 +95,7 @@ class RepeatPhraseChecker(Instruction):
         first_word = self._phrase.split()[0]
         last_word = self._phrase.split()[-1]
 
-        found_phrases = re.findall(rf"{first_word} .*? {last_word}", value)
+        found_phrases = re.findall(rf"{re.escape(first_word)} .*? {re.escape(last_word)}", value)  # rlvr: literal words
         if len(found_phrases) != self._small_n:
             return False
         num_satisfied_phrases = 0
@@ -306,7 +308,7 @@ class KeywordFrequencyOnceChecker(Instruction):
 
     def check_following(self, value):
         """Checks if the response contain the keyword with required frequency."""
-        actual_occurrences = len(re.findall(self._keyword, value, flags=re.IGNORECASE))
+        actual_occurrences = len(re.findall(re.escape(self._keyword), value, flags=re.IGNORECASE))  # rlvr: literal
 
         return actual_occurrences == 1
 
@@ -364,7 +366,7 @@ class KeywordFrequencyCheckerDifferent(Instruction):
 
     def check_following(self, value):
         """Checks if the response contain the keyword with required frequency."""
-        actual_occurrences = len(re.findall(self._keyword, value, flags=re.IGNORECASE))
+        actual_occurrences = len(re.findall(re.escape(self._keyword), value, flags=re.IGNORECASE))  # rlvr: literal
 
         if self._comparison_relation == _COMPARISON_RELATION[0]:
             return actual_occurrences < self._frequency
@@ -1048,8 +1050,8 @@ class CountIncrementWordChecker(Instruction):
           True if the response contains the expected number of keywords;
           otherwise, False.
         """
-        actual_occurrences1 = len(re.findall(self._keyword1, value, flags=re.IGNORECASE))
-        actual_occurrences2 = len(re.findall(self._keyword2, value, flags=re.IGNORECASE))
+        actual_occurrences1 = len(re.findall(re.escape(self._keyword1), value, flags=re.IGNORECASE))  # rlvr: literal
+        actual_occurrences2 = len(re.findall(re.escape(self._keyword2), value, flags=re.IGNORECASE))  # rlvr: literal
 
         return bool(actual_occurrences1 == 1 and actual_occurrences2 == 2)
 
