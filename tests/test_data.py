@@ -364,6 +364,13 @@ def test_a_split_less_file_never_serves_two_splits(tmp_path, monkeypatch):
     monkeypatch.setenv("RLVR_DATA_DIR", str(root / "saved"))
     r = invoke("rlvr-data", ["gsm8k", "--split", "test"])
     assert r.code == 1 and f"{root}/saved/gsm8k: a saved Dataset that records no split" in r.stderr, r.stderr
+    assert "name its folder gsm8k_test/" in r.stderr
+    # ... which, named gsm8k_<split>, is that split, found or given with --source
+    os.rename(root / "saved" / "gsm8k", root / "saved" / "gsm8k_test")
+    assert len(data("gsm8k", "--split", "test")) == 2
+    assert len(data("gsm8k", "--split", "test", "--source", str(root / "saved" / "gsm8k_test"))) == 2
+    r = invoke("rlvr-data", ["gsm8k", "--split", "train", "--source", str(root / "saved" / "gsm8k_test")])
+    assert r.code == 1 and "records no split" in r.stderr, r.stderr
     monkeypatch.setenv("RLVR_DATA_DIR", str(root))
     # a split-named source wins although NAME/ is looked in first; the other split still fails
     (root / "gsm8k_test").mkdir()

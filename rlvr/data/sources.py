@@ -197,10 +197,13 @@ def has_split(folder: str, split: str) -> bool:
 def splitless_error(what: str, split: str, dataset: str) -> SourceError:
     """The one line for a split-less file (or saved Dataset) asked for one split of a dataset
     that has several."""
-    why = "its name says no split" if what.endswith(EXTS) else "a saved Dataset that records no split"
+    saved = not what.endswith(EXTS)
+    why = "a saved Dataset that records no split" if saved else "its name says no split"
+    fix = (f"save it as a DatasetDict with a {split!r} split, or name its folder {dataset}_{split}/" if saved else
+           f"name it {split}.jsonl (or {split}-*.parquet ...), put it in a {dataset}_{split}/ folder, "
+           "or give the file itself with --source")
     return SourceError(f"{what}: {why}, so it is not taken as {dataset}'s {split!r} split "
-                       f"(a dataset with several splits): name it {split}.jsonl (or {split}-*.parquet ...), "
-                       f"put it in a {dataset}_{split}/ folder, or give the file itself with --source")
+                       f"(a dataset with several splits): {fix}")
 
 
 def looks_like_path(source: str) -> bool:
@@ -392,7 +395,9 @@ def locate(names: Sequence[str], split: str, source: str | None = None, splitles
     `splitless` (the dataset has one split, or its rows say their split), else it is one
     SourceError naming the file and the split. From S3 only the split's files are fetched."""
     if source is not None:
-        return Location(source, source)
+        # a folder named NAME_<split> holds that split alone, given or found (gsm8k_train/, a saved Dataset)
+        base = source.rstrip("/").rsplit("/", 1)[-1]
+        return Location(source, source, any(base == f"{n}_{split}" for n in names))
     check_data_dir()
     tried: list[str] = []
     fallback: tuple[str, str, Callable[[], str]] | None = None    # (where, the split-less file, fetch it)
