@@ -64,8 +64,25 @@ def test_one_owner_per_unit_and_a_dead_owner_on_this_machine_is_replaced_at_once
         open(p, "w").close()
     os.utime(old, (os.path.getmtime(old) - 3600,) * 2)
     assert a.acquire(unit) and sorted(os.listdir(unit)) == [f"{cl.PREFIX}6", os.path.basename(young)]
-    a.release(unit, done=True)                               # finished: no claim file left at all
-    assert sorted(os.listdir(unit)) == [os.path.basename(young)] and b.state(unit)[0] == "free"
+    a.release(unit, done=True)                               # finished: the released claim alone
+    assert sorted(os.listdir(unit)) == [f"{cl.PREFIX}6", os.path.basename(young)] and b.state(unit)[0] == "free"
+
+
+def test_an_owner_superseded_while_it_stalled_stops_even_after_the_unit_finished(tmp_path):
+    """W stalls (suspended, a hung mount); another node takes the unit over, finishes it and
+    releases it. W's next beat must still see a higher generation than its own and stop: the
+    finished unit's claim stays (generations are never reused), else W would write on."""
+    unit = str(tmp_path / "u")
+    w, x, y = cl.Claims(log=lambda m: None), cl.Claims(log=lambda m: None), cl.Claims(log=lambda m: None)
+    x.me = {**x.me, "host": "node2"}
+    assert w.acquire(unit) and cl.current(unit).gen == 0
+    x.state = lambda folder: ("dead", cl.current(folder))     # as node2 judges the stalled W
+    assert x.acquire(unit) and cl.current(unit).gen == 1
+    x.release(unit, done=True)
+    y.acquire(unit) and y.release(unit)                       # whoever comes next gets a new generation
+    w.beat()
+    assert w.lost(unit) and unit not in w.mine
+    assert [n for n in os.listdir(unit) if n.startswith(cl.PREFIX)] == [f"{cl.PREFIX}{cl.current(unit).gen}"]
 
 
 def test_a_filesystem_without_hard_links_still_gets_one_owner_per_unit(tmp_path, monkeypatch):
@@ -159,8 +176,9 @@ def test_a_unit_finished_elsewhere_between_scan_and_claim_is_not_run_again(tmp_p
         return [sys.executable, "-c", "pass"]
 
     assert sweep.run_units(scan, [None], ev.EvalOptions(), log=lambda m: None, command=command) == 0
-    assert ran == [] and cl.current(unit.out) is None    # claimed (generation 1), found finished, no claim left
-    assert not [n for n in os.listdir(unit.out) if n.startswith(cl.PREFIX)]
+    c = cl.current(unit.out)   # claimed (generation 1), found finished: its released claim alone is left
+    assert ran == [] and c.gen == 1 and c.owner.get("released")
+    assert [n for n in os.listdir(unit.out) if n.startswith(cl.PREFIX)] == [f"{cl.PREFIX}1"]
 
 
 # A stand-in for one evaluation: it records which scheduler ran it, waits until two units have
@@ -205,8 +223,8 @@ def test_two_schedulers_on_one_jobs_list_split_it_and_run_each_unit_once(tmp_pat
     units = [r.split("@")[0] for r in ran]
     assert sorted(units) == [f"job{i}" for i in range(5)]            # every unit once, none twice
     assert {r.split("@")[1] for r in ran} == {"node1", "node2"}      # and both nodes took some
-    for i in range(5):   # finished units leave no claim file behind
-        assert not [n for n in os.listdir(os.path.join(out, f"job{i}", "toy")) if n.startswith(cl.PREFIX)]
+    for i in range(5):   # a finished unit keeps one claim file, its released one
+        assert len([n for n in os.listdir(os.path.join(out, f"job{i}", "toy")) if n.startswith(cl.PREFIX)]) == 1
 
 
 SCHEDULER = textwrap.dedent("""

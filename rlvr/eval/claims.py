@@ -271,7 +271,9 @@ class Claims:
 
     def release(self, folder: str, failed: bool = False, done: bool = False) -> None:
         """Give a unit up (failed or interrupted; `done`: finished, its results written): others
-        may claim it at once. The claim of a finished unit is removed (prune)."""
+        may claim it at once. Only the released claim stays (the generations below it are
+        pruned): an owner superseded while it stalled must still find a higher generation than
+        its own at its next beat, and stop, so generation numbers are never reused."""
         with self._lock:
             record = self.mine.pop(folder, None)
             if record is None:
@@ -282,7 +284,7 @@ class Claims:
                     self._rewrite(c.path, {**record, "released": True, "failed": failed, "time": time.time()})
                 except OSError:
                     pass
-                self.prune(folder, c.gen + 1 if done and not failed else c.gen)
+                self.prune(folder, c.gen)
 
     def prune(self, folder: str, below: int) -> None:
         """Remove the claim files of generations below `below` (superseded by this process's
