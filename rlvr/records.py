@@ -403,7 +403,8 @@ def open_resumable(path: str, check: Callable[[list[dict]], Any] | None = None,
             if exclusive:
                 fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise Failure(f"{path}: another process is writing this file (wait for it, or use another output)") from None
+            raise Failure(f"{path}: another process is writing this file (wait for it, or use another output; "
+                          "after a killed run, a process it left behind may hold it: rlvr-gpu-free --kill-zombies)") from None
         except OSError:
             pass   # a file system without locks (some network mounts): written as before, unguarded
         done, good_end = _complete_records(path)
