@@ -1030,3 +1030,28 @@ def test_stop_a_job_in_progress_and_leave_an_ended_one(aws, monkeypatch):
     stubs[0].assert_no_pending_responses()
     r = invoke("rlvr-submit", ["--stop", "bad_name"])
     assert r.code == 2 and "SageMaker's rule" in r.stderr
+
+
+def test_a_dataset_under_another_of_its_names_counts_as_the_jobs_locate_finds_it():
+    """if_multi's rows in the users' if_multi_constraints_train/ folder: the job's locate tries
+    every name a dataset goes by, so the submit check does too (it refused the job)."""
+    from rlvr.cloud.inputs import _dataset_missing, job_inputs
+    from rlvr.config_loader import load_config
+    from rlvr.train.config import TrainConfig
+
+    keys = {"datasets/if_multi_constraints_train/train.jsonl"}
+
+    class Pages:
+        def paginate(self, Bucket, Prefix):
+            return [{"Contents": [{"Key": k} for k in sorted(keys) if k.startswith(Prefix)]}]
+
+    class S3:
+        def get_paginator(self, name):
+            return Pages()
+
+    cfg = load_config(TrainConfig, os.path.join(REPO, "configs", "tiny-cpu.yaml"), ["data.dataset=if_multi"])
+    [inp] = [i for i in job_inputs(cfg, {}, {"RLVR_S3_DATASETS": "s3://bkt/datasets/"}) if i.kind == "dataset"]
+    assert "s3://bkt/datasets/if_multi_constraints_train/" in inp.uris
+    assert _dataset_missing(S3(), inp) is None
+    keys.clear()
+    assert _dataset_missing(S3(), inp) is not None

@@ -125,7 +125,10 @@ def job_inputs(cfg, channels: dict[str, str], env: dict[str, str], eval_spec=Non
 
             seen.add((name, split))
             spec = SPECS.get(canonical(name))
-            out.append(Input(f"{who}dataset {name} ({DATASETS_ENV})", (f"{base}{name}/", f"{base}{name}_{split}/"),
+            # every name the dataset goes by, NAME/ then NAME_<split>/ each, in locate's order
+            names = (spec.name, *spec.aliases) if spec is not None else (name,)
+            out.append(Input(f"{who}dataset {name} ({DATASETS_ENV})",
+                             tuple(u for n in names for u in (f"{base}{n}/", f"{base}{n}_{split}/")),
                              "dataset", split, spec.serves_splitless(split) if spec is not None else True))
     for name, uri in sorted(channels.items()):
         if _s3(uri):
@@ -167,8 +170,8 @@ def _exists(s3, uri: str, kind: str) -> str | None:
 
 
 def _dataset_missing(s3, inp: Input) -> str | None:
-    """None when NAME/ or NAME_<split>/ (inp.uris) holds the split as the job's locate will
-    find it, else why not."""
+    """None when NAME/ or NAME_<split>/ (inp.uris: pairs of them, one per name the dataset goes
+    by) holds the split as the job's locate will find it, else why not."""
     from rlvr.data.sources import NAMED, SPLITLESS, probe_keys
     from rlvr.s3 import parse_uri
 
@@ -191,7 +194,7 @@ def _dataset_missing(s3, inp: Input) -> str | None:
                 return None
             return split if isinstance(split, str) and split else None
 
-        status, _, what = probe_keys(keys, inp.split, i == 1, saved)
+        status, _, what = probe_keys(keys, inp.split, i % 2 == 1, saved)
         if status == NAMED:
             return None
         if status == SPLITLESS and fallback is None:
