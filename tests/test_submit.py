@@ -929,7 +929,8 @@ def test_validation_eval_config_and_teacher_inputs_are_checked_too(aws, tmp_path
         f"eval benchmark gsm8k: dataset gsm8k (RLVR_S3_DATASETS) {ds}/gsm8k/ or {ds}/gsm8k_test/: "
         "nothing under this S3 prefix",
         f"--eval-config benchmark if_multi_constraints: dataset if_multi (RLVR_S3_DATASETS) {ds}/if_multi/ or "
-        f"{ds}/if_multi_train/: nothing under this S3 prefix"], r.stderr
+        f"{ds}/if_multi_train/ or {ds}/if_multi_constraints/ or {ds}/if_multi_constraints_train/: "
+        "nothing under this S3 prefix"], r.stderr
     assert r.code == 1 and "5 input(s) the job would read are not on S3" in r.stderr and r.stdout == ""
     for key in ("models/teacher/config.json", "data/math500.jsonl", "if/train.jsonl", "datasets/gsm8k/test.jsonl",
                 "datasets/if_multi_train/part-0.jsonl"):

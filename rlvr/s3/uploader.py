@@ -246,7 +246,8 @@ class BackgroundUploader:
             try:
                 t = self._t()
                 base = self._rel(path)
-                if os.path.isdir(path):
+                base_dir = os.path.isdir(path)
+                if base_dir:
                     files = [(f"{base}/{rel}" if base else rel, p, selected(rel, self.last) if self.last else False)
                              for rel, p in local_files(path, exclude=self.exclude) if p not in self._live]
                 else:
@@ -257,6 +258,12 @@ class BackgroundUploader:
                 self._send(t, [(r, p) for r, p, late in files if not late], report)
                 if not report.failed and any(late for _, _, late in files):
                     self._send(t, [(r, p) for r, p, late in files if late], report)
+                if not report.failed and base_dir and (not os.path.isdir(path) or
+                                                       (self.last and not any(late for _, _, late in files))):
+                    # deleted while listed or sent (checkpoint.keep_last: an rmtree half done lists as an
+                    # empty folder), or without the file that marks it complete: not a success
+                    report.failed.append((path, f"{path}: deleted, or not complete (no {', '.join(self.last)})"
+                                          if self.last else f"{path}: deleted before its upload ended"))
                 for p, msg in report.failed:
                     self._fail(p, msg)
                 if not report.failed:
