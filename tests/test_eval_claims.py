@@ -64,7 +64,7 @@ def test_one_owner_per_unit_and_a_dead_owner_on_this_machine_is_replaced_at_once
         open(p, "w").close()
     os.utime(old, (os.path.getmtime(old) - 3600,) * 2)
     assert a.acquire(unit) and sorted(os.listdir(unit)) == [f"{cl.PREFIX}6", os.path.basename(young)]
-    a.release(unit, done=True)                               # finished: the released claim alone
+    a.release(unit)                               # finished: the released claim alone
     assert sorted(os.listdir(unit)) == [f"{cl.PREFIX}6", os.path.basename(young)] and b.state(unit)[0] == "free"
 
 
@@ -78,7 +78,7 @@ def test_an_owner_superseded_while_it_stalled_stops_even_after_the_unit_finished
     assert w.acquire(unit) and cl.current(unit).gen == 0
     x.state = lambda folder: ("dead", cl.current(folder))     # as node2 judges the stalled W
     assert x.acquire(unit) and cl.current(unit).gen == 1
-    x.release(unit, done=True)
+    x.release(unit)
     y.acquire(unit) and y.release(unit)                       # whoever comes next gets a new generation
     w.beat()
     assert w.lost(unit) and unit not in w.mine

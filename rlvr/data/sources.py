@@ -189,11 +189,6 @@ def split_status(folder: str, split: str) -> str | None:
     return SPLITLESS if _splitless(files) else None
 
 
-def has_split(folder: str, split: str) -> bool:
-    """Whether a local folder holds rows named as `split` (split_status NAMED)."""
-    return split_status(folder, split) == NAMED
-
-
 def splitless_error(what: str, split: str, dataset: str) -> SourceError:
     """The one line for a split-less file (or saved Dataset) asked for one split of a dataset
     that has several."""
@@ -277,8 +272,8 @@ def _load_from_disk(path: str, split: str | None) -> list[dict]:
     saved = _saved_split(path) if not os.path.isfile(os.path.join(path, "dataset_dict.json")) else None
     if split is not None and saved is not None and saved != split:
         raise SourceError(f"{path}: a saved {saved!r} split, not {split!r} (choose it with --split {saved})")
-    if split is not None and has_split(path, split) and os.path.isfile(os.path.join(path, "dataset_dict.json")) \
-            and os.path.isdir(os.path.join(path, split)):
+    if split is not None and split_status(path, split) == NAMED and os.path.isdir(os.path.join(path, split)) \
+            and os.path.isfile(os.path.join(path, "dataset_dict.json")):
         path = os.path.join(path, split)    # that split alone (the others need not have been fetched)
     with _quiet_hub():
         ds = datasets.load_from_disk(path)
@@ -301,13 +296,6 @@ class Location:
     label: str                   # what messages name: the --source, the s3:// folder, the local folder
     whole: bool = False          # a NAME_<split>/ folder: every row in it is the split's
     tried: tuple[str, ...] = field(default=())   # the places that held nothing for the split
-
-
-def _s3_keys(uri: str) -> list[str]:
-    """The keys below an S3 folder (relative), [] when nothing is there."""
-    from rlvr.s3 import list_folder
-
-    return list_folder(uri)
 
 
 def _data_keys(keys: Sequence[str]) -> list[str]:
@@ -344,8 +332,10 @@ def _s3_probe(uri: str, split: str | None, whole: bool) -> tuple[str | None, lis
     tell its split); the split-less thing named by its URI."""
     from rlvr.s3 import download_folder_cached
 
+    from rlvr.s3 import list_folder
+
     uri = uri.rstrip("/") + "/"
-    keys = _s3_keys(uri)
+    keys = list_folder(uri)
 
     def saved() -> str | None:
         return _saved_split(download_folder_cached(uri, only=[k for k in ("state.json", "dataset_info.json")
@@ -358,7 +348,7 @@ def _s3_probe(uri: str, split: str | None, whole: bool) -> tuple[str | None, lis
 def _fetch_s3(source: str, split: str | None, whole: bool, splitless: bool, dataset: str) -> str:
     """The local copy of an s3:// object, or of the files of `split` in an s3:// folder (its
     listing checked first: a split it lacks is one line before any download)."""
-    from rlvr.s3 import download_cached, download_folder_cached
+    from rlvr.s3 import download_cached, download_folder_cached, list_folder
     from rlvr.s3.transfer import S3Transfer
     from rlvr.s3.uri import parse_uri
 
@@ -372,7 +362,7 @@ def _fetch_s3(source: str, split: str | None, whole: bool, splitless: bool, data
             t.close()
     status, needed, what = _s3_probe(source, split, whole)
     if status is None:
-        if not _s3_keys(source.rstrip("/") + "/"):
+        if not list_folder(source.rstrip("/") + "/"):
             from rlvr.s3 import S3Error
 
             raise S3Error(f"not found: nothing under {source.rstrip('/')}/", "NoSuchKey")

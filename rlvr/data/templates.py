@@ -195,6 +195,15 @@ def read_template(path: str) -> str:
     return text
 
 
+def template_text(path: str | None) -> str | None:
+    """A chat template file's text, or None (none given, or unreadable: the prompts built with
+    it report that)."""
+    try:
+        return read_template(path) if path else None
+    except ValueError:
+        return None
+
+
 def template_sha256(path: str) -> str:
     return hashlib.sha256(read_template(path).encode()).hexdigest()
 

@@ -4,7 +4,7 @@
     with claims:                           # a thread refreshes this process's claims (the heartbeat)
         if claims.acquire("evals/run_a/gsm8k_8shot"):
             ...evaluate...
-            claims.release("evals/run_a/gsm8k_8shot", done=True)   # finished: its claim is removed
+            claims.release("evals/run_a/gsm8k_8shot")
 
 A unit's claim lives in its own folder as numbered files, ``.rlvr-claim.<N>``; the highest N is
 the current claim. A file is created complete and atomically: a private temporary file is
@@ -38,11 +38,11 @@ counter that a thread of the owner increments every interval. Another process ju
 Claim files do not pile up: the generations below one's own are superseded (their owners are
 dead, or see the higher one at their next beat and stop), so a process that has written
 generation N removes the lower ones, and temporary files a writer that died left behind once
-they are `grace` s old; the highest generation is never removed by anyone but its owner. At
-the end of a unit that finished (its results are there), the owner removes its own claim too:
-a finished unit has no claim file left, and is never run again because a scheduler looks for
-its results after taking its claim (rlvr.eval.jobs). A failed or interrupted unit keeps one
-claim, released.
+they are `grace` s old; the highest generation is never removed. Every unit, finished,
+failed or interrupted, keeps one claim, released: generation numbers are never reused, so an
+owner superseded while it stalled still finds a higher one than its own at its next beat. A
+finished unit is never run again because a scheduler looks for its results after taking its
+claim (rlvr.eval.jobs).
 """
 
 from __future__ import annotations
@@ -269,9 +269,8 @@ class Claims:
         self.prune(folder, gen)
         return True
 
-    def release(self, folder: str, failed: bool = False, done: bool = False) -> None:
-        """Give a unit up (failed or interrupted; `done`: finished, its results written): others
-        may claim it at once. Only the released claim stays (the generations below it are
+    def release(self, folder: str, failed: bool = False) -> None:
+        """Give a unit up (finished, failed or interrupted): others may claim it at once. Only the released claim stays (the generations below it are
         pruned): an owner superseded while it stalled must still find a higher generation than
         its own at its next beat, and stop, so generation numbers are never reused."""
         with self._lock:
@@ -288,8 +287,7 @@ class Claims:
 
     def prune(self, folder: str, below: int) -> None:
         """Remove the claim files of generations below `below` (superseded by this process's
-        own, or, one above it, this process's own released claim of a finished unit), and
-        temporary files at least `grace` s old (left by a writer that died)."""
+        own), and temporary files at least `grace` s old (left by a writer that died)."""
         try:
             names = os.listdir(folder)
         except OSError:

@@ -479,7 +479,7 @@ def run_units(scan: Callable[[], list[Unit]], devices: Sequence[str | None], opt
                     why = f"exit {proc.returncode}" if proc.returncode != 0 else "exit 0 without results"
                     log(f"{unit.checkpoint} on {unit.task}: evaluation failed ({why})" + (f": {last}" if last else "")
                         + f"; log {os.path.join(unit.out, LOG)}; skipped until the next start")
-                claims.release(unit.out, failed=bad, done=not bad)
+                claims.release(unit.out, failed=bad)
                 if after is not None:
                     after()
             now = time.monotonic()
@@ -505,7 +505,7 @@ def run_units(scan: Callable[[], list[Unit]], devices: Sequence[str | None], opt
                         continue
                     elsewhere.discard(unit)
                     if unit_done(unit, opts):   # finished and released by another process since the scan
-                        claims.release(unit.out, done=True)
+                        claims.release(unit.out)
                         continue
                     cmd = command(unit, opts, dev)
                     log(f"evaluating {unit.checkpoint} on {unit.task}" + (f" (GPU {dev})" if dev is not None else "")

@@ -112,7 +112,8 @@ def download_folder_cached(uri: str, cache_dir: str | None = None, *, transfer: 
             raise S3Error(f"not found: nothing under {uri.rstrip('/')}/", "NoSuchKey")
         listed = objects
         if only is not None:
-            objects = [x for x in objects if x[0] in set(only)]
+            wanted = set(only)
+            objects = [x for x in objects if x[0] in wanted]
             if not objects:
                 raise S3Error(f"not found: none of {', '.join(sorted(only)) or 'the keys asked'} under "
                               f"{uri.rstrip('/')}/", "NoSuchKey")

@@ -426,9 +426,9 @@ class Run:
                                              vocab=vocab_size(model.path, self.tokenizer))
         # a chat prompt's completion also ends at the template's end-of-turn token (<|im_end|>),
         # which a base model's EOS (<|endoftext|>) is not
-        from rlvr.rollout import _template_text
+        from rlvr.data.templates import template_text
 
-        self.end_of_turn = end_of_turn_ids(self.tokenizer, _template_text(cfg.data.chat_template))
+        self.end_of_turn = end_of_turn_ids(self.tokenizer, template_text(cfg.data.chat_template))
         self._ray_init()
         update_manifest(self.run_dir, ray=self.ray_info)  # joined or its own, the address, the temp folder
         log(f"run folder {self.run_dir}")
