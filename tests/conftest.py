@@ -9,8 +9,12 @@ The engine runs float32 (log-probability comparisons need it) with a 512-token c
 from __future__ import annotations
 
 import os
+import signal
+import threading
 
 import pytest
+
+from machine_time import SLOW, MachineClock, limit
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -27,6 +31,46 @@ LONG_FILES_FIRST = ("test_train_modes.py", "test_submit.py", "test_train.py",
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONG_FILES_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_timeout_set_timer(item, settings):
+    """pytest-timeout's limit (pyproject's `timeout`, or a test's mark) counted in machine
+    seconds (tests/machine_time.py), so a busy machine's slow start-up is not a hang. At the
+    limit the stacks are dumped and the test fails, as pytest-timeout's signal method does; a
+    test that does not stop within another minute of that ends the worker, as its thread
+    method does. Elsewhere than the main thread, pytest-timeout's own timer."""
+    if settings.method != "signal" or threading.current_thread() is not threading.main_thread():
+        return None
+    import pytest_timeout
+
+    clock, budget, stop = MachineClock(), limit(settings.timeout), threading.Event()
+    main = threading.main_thread().ident
+
+    def fail(signum, frame):
+        __tracebackhide__ = True
+        pytest_timeout.dump_stacks(item.config.get_terminal_writer())
+        pytest.fail(f"Timeout: the test ran {clock.wall():.0f} s, {budget:.0f} machine seconds "
+                    f"(pytest timeout {settings.timeout:g} s x RLVR_TEST_SLOW={SLOW:g}; see tests/machine_time.py)")
+
+    def watch():
+        while not stop.wait(0.5):
+            if clock.seconds() >= budget:
+                signal.pthread_kill(main, signal.SIGALRM)
+                if not stop.wait(60.0):   # the main thread never got to run the handler
+                    pytest_timeout.timeout_timer(item, settings)
+                return
+
+    def cancel():
+        stop.set()
+        guard.join()
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+
+    signal.signal(signal.SIGALRM, fail)
+    guard = threading.Thread(target=watch, name=f"machine-time guard {item.nodeid}", daemon=True)
+    item.cancel_timeout = cancel
+    guard.start()
+    return True
 
 
 @pytest.fixture(scope="session")
