@@ -111,8 +111,29 @@ def test_server_shares_one_batch_between_calls_and_applies_updates_from_other_th
                                                                                      tiny_model_dir):
     from rlvr.train.inflight import InFlightServer
 
+    class Stepped:
+        """The engine as the server sees it, telling when the stream has asked its source again
+        after a step: the first call's requests then hold tokens of version 0 (None)."""
+
+        def __init__(self, engine):
+            self.engine, self.stepped = engine, threading.Event()
+
+        def __getattr__(self, name):
+            return getattr(self.engine, name)
+
+        def stream(self, requests, *args, **kwargs):
+            def source():
+                nothing = 0
+                for item in requests:
+                    nothing += item is None
+                    if nothing >= 2:   # asked again after the step that followed a None
+                        self.stepped.set()
+                    yield item
+            return self.engine.stream(source(), *args, **kwargs)
+
     version = {"v": 0}
-    server = InFlightServer(vllm_engine, "recompute", lambda: version["v"])
+    engine = Stepped(vllm_engine)
+    server = InFlightServer(engine, "recompute", lambda: version["v"])
     prompts = [vllm_engine.encode(p) for p in PROMPTS]
     s = Sampling(n=2, temperature=1.0, max_tokens=200, seed=0, logprobs=True)
     new = _perturbed(tiny_model_dir, seed=3)
@@ -132,11 +153,8 @@ def test_server_shares_one_batch_between_calls_and_applies_updates_from_other_th
         waiting = threading.Thread(target=call, args=("waiting", prompts[:2], 1))  # needs version 1
         first.start()
         waiting.start()
-        for _ in range(6000):                  # the first call's requests are being generated
-            if server.pending()[1]:
-                break
-            time.sleep(0.01)
-        assert server.pending()[1] and "waiting" not in out
+        # the first call's requests are being generated: the engine stepped with them
+        assert engine.stepped.wait(timeout=300) and server.pending()[1] and "waiting" not in out
         update(1)
         first.join(timeout=300)
         waiting.join(timeout=300)
