@@ -3,7 +3,7 @@
 A YAML file sets any subset; `--set section.key=value` overrides it; unknown keys and wrong
 types are errors. The resolved config is saved as config.yaml in every run folder.
 
-The sections live in two modules that import nothing of rlvr's: rlvr.train.config_rollout
+The sections live in two modules that import nothing of rlvr.train: rlvr.train.config_rollout
 (model, data, rollout, verify, sync, eval, teacher) and rlvr.train.config_trainer (train,
 checkpoint, dapo, sft); this one adds upload, log and ray, assembles TrainConfig and checks it.
 Every name is importable from here.

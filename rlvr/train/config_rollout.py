@@ -1,7 +1,7 @@
 """rlvr-train's config, the sections of what is generated and how: `model`, `data`, `rollout`,
 `verify`, `sync`, `eval` and `teacher`, and the names of the sync modes and methods.
 rlvr.train.config assembles them with the other sections into TrainConfig and checks them;
-this module imports nothing of rlvr's, so any module may read it.
+this module imports nothing of rlvr.train or rlvr.grpo, so any of them may read it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """rlvr-train's config, the trainer's sections: `train` (with its `loss` and `distill`
 subsections), `checkpoint`, `dapo` and `sft`, and the names their choices take (loss types,
 dtypes, presets). rlvr.train.config assembles them with the other sections into TrainConfig
-and checks them; this module imports nothing of rlvr's, so any module may read it.
+and checks them; this module imports nothing of rlvr's, so any module (rlvr.grpo too) may read it.
 """
 
 from __future__ import annotations
