@@ -100,6 +100,7 @@ class PolicyTrainer:
     # -- one optimizer step (rlvr.train.trainer_step) --------------------------------------
 
     def _micro_batches(self, idx: list[int], batch: Batch) -> list[list[int]]:
+        """The sequences `idx` of `batch` in micro-batches, as train's settings cut them."""
         return trainer_step.micro_batches(idx, batch, self.cfg)
 
     def step(self, batch: Batch) -> dict[str, float]:
