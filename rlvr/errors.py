@@ -8,7 +8,9 @@ that turns them into a one-line message and the documented exit status:
     Failure     -> 1  a runtime failure: a model, engine, server or file could not be used
 
 ``ConfigError`` is another name for ``UsageError`` (a configuration is usage). ``S3Error`` (a
-Failure) and ``S3UsageError`` (a UsageError and an S3Error) are raised by rlvr.s3.
+Failure) and ``S3UsageError`` (a UsageError and an S3Error) are raised by rlvr.s3. ``RowError``
+(a ValueError) is what a dataset's row converter raises (rlvr.data.catalog, rlvr.data.allenai);
+rlvr.data turns it into BadInput naming the file, line and field.
 """
 
 from __future__ import annotations
@@ -80,3 +82,11 @@ class S3Error(Failure):
 
 class S3UsageError(UsageError, S3Error):
     """A bad s3:// URI, bucket or key name, or a bad S3 option value (exit 2; also an S3Error)."""
+
+
+class RowError(ValueError):
+    """A raw row lacks a field the dataset needs (``field`` names it)."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field

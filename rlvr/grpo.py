@@ -36,9 +36,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from rlvr.train.config import LossConfig  # the loss's settings: rlvr-train's train.loss section
+# the loss's settings (rlvr-train's train.loss section) and the names of its types, from the config's leaf
+from rlvr.train.config_trainer import LOSS_TYPES, LossConfig
 
-LOSS_TYPES = ("grpo", "dapo", "dr_grpo")
 METRIC_KEYS = ("loss/policy", "loss/kl", "loss/total", "clip/frac", "clip/frac_low", "clip/frac_high",
                "entropy", "kl", "kl/max", "ratio/mean", "ratio/max", "tis/weight_mean", "tis/frac_capped")
 STDS = ("unbiased", "population")

@@ -49,7 +49,7 @@ import json
 import pickle
 import zlib
 
-from rlvr.data.catalog import RowError
+from rlvr.errors import RowError
 
 HUB = "allenai/RLVR-GSM-MATH-IF-Mixed-Constraints"
 MATH_KINDS = ("gsm8k", "math", "strict_math")

@@ -11,6 +11,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from rlvr.errors import RowError  # noqa: F401 - rlvr.data.catalog.RowError, as before
 from rlvr.textutil import gsm8k_gold, last_boxed
 
 
@@ -36,14 +37,6 @@ class Spec:
         """Whether a file whose name names no split may hold `split`'s rows: the dataset has that
         one split, or its rows say their split (split_filter: MBPP's one file)."""
         return self.split_filter is not None or (not self.splits and split == self.default_split)
-
-
-class RowError(ValueError):
-    """A raw row lacks a field the dataset needs (``field`` names it)."""
-
-    def __init__(self, message: str, field: str | None = None):
-        super().__init__(message)
-        self.field = field
 
 
 def _get(row: dict, *names: str):

