@@ -103,9 +103,10 @@ class CudaRecorder:
     """torch.cuda's functions as no-ops that record their order (`events`); memory statistics as
     fixed numbers of bytes."""
 
-    def __init__(self, allocated: int = 3 * 2**30, reserved: int = 4 * 2**30, name: str = "Stand-in GPU"):
+    def __init__(self, allocated: int = 3 * 2**30, reserved: int = 4 * 2**30, name: str = "Stand-in GPU",
+                 device_index: int = 0):
         self.events: list[str] = []
-        self.allocated, self.reserved, self.name = allocated, reserved, name
+        self.allocated, self.reserved, self.name, self.index = allocated, reserved, name, device_index
 
     def install(self, monkeypatch, available: bool = True) -> "CudaRecorder":
         rec = self
@@ -140,7 +141,7 @@ class CudaRecorder:
         monkeypatch.setattr(c, "is_available", lambda: available)
         monkeypatch.setattr(c, "device_count", lambda: 1 if available else 0)
         monkeypatch.setattr(c, "get_device_name", lambda i=0: self.name)
-        monkeypatch.setattr(c, "current_device", lambda: 0)
+        monkeypatch.setattr(c, "current_device", note("current_device", self.index))
         monkeypatch.setattr(c, "set_device", note("set_device"))
         monkeypatch.setattr(c, "synchronize", note("synchronize"))
         monkeypatch.setattr(c, "empty_cache", note("empty_cache"))
