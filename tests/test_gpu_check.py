@@ -119,3 +119,25 @@ def test_gates_hold_p99_and_max_not_only_the_mean():
 def test_unknown_trainer_option_is_refused():
     with pytest.raises(SystemExit, match="not a trainer option"):
         _gpu_check().main(["--cpu", "--steps", "1", "--set", "no_such_option=1"])
+
+
+def test_the_checks_cuda_branches_run_with_torch_cuda_stood_in(monkeypatch, tiny_model_dir):
+    """On a GPU the check reads CUDA's peak-memory counters, resets them between parts, and packs
+    the weights on a side stream, synchronising the device before it compares checksums: here
+    with torch.cuda's functions as recorders (tests/cuda_standins.py), on a CPU trainer."""
+    from cuda_standins import CudaRecorder
+    from rlvr.train.config import TrainerConfig
+    from rlvr.train.trainer import PolicyTrainer
+
+    mod = _gpu_check()
+    rec = CudaRecorder(allocated=3 * 2**30, reserved=5 * 2**30).install(monkeypatch)
+    assert mod._mem("cuda") == {"max_allocated_gib": 3.0, "max_reserved_gib": 5.0}
+    assert mod._mem("cpu") == {"max_allocated_gib": None, "max_reserved_gib": None}
+    rec.events.clear()
+    mod._reset_peak("cuda")
+    assert rec.events == ["synchronize", "empty_cache", "reset_peak_memory_stats"]
+    t = PolicyTrainer(tiny_model_dir, TrainerConfig(device="cpu", dtype="bfloat16"), max_tokens=8, total_steps=1)
+    rec.events.clear()
+    s = mod.sync_check(t, "cuda")
+    assert s["match"] is True and s["tensors"] > 0
+    assert rec.events == ["Stream", "stream.enter", "stream.exit", "synchronize"]   # packed on the side stream

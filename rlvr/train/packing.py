@@ -24,6 +24,7 @@ most train.max_tokens_per_microbatch real tokens (first-fit decreasing).
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 from dataclasses import dataclass
 
@@ -89,9 +90,10 @@ def plan(lengths: dict[int, int], budget: int) -> list[list[int]]:
 CAUSAL = (-1, 0)   # varlen_attn's window for causal attention: torch compares it with == to this tuple
 
 
+@functools.lru_cache(maxsize=1)
 def _varlen_kernel():
-    """torch's varlen_attn, when it takes the arguments used here (torch >= 2.10: window_size,
-    scale, enable_gqa; older ones had is_causal and no GQA), else None (the per-sequence path)."""
+    """torch's varlen_attn when its signature takes the arguments used here (window_size, scale
+    and enable_gqa, as torch 2.13's does), else None (the per-sequence path)."""
     try:
         from torch.nn.attention.varlen import varlen_attn
     except ImportError:  # an older torch
@@ -120,7 +122,8 @@ def varlen_attention(module, query, key, value, attention_mask, dropout: float =
         q, k, v = (x[0].transpose(0, 1) for x in (query, key, value))          # [T, H, D]
         cu = cu.to(device=query.device, dtype=torch.int32)
         m = int(kwargs.get("max_length_q") or int((cu[1:] - cu[:-1]).max()))
-        # causal within each segment: window (-1, 0), a tuple (a list would compare unequal: full attention)
+        # causal within each segment: the window (-1, 0) as a tuple (torch compares it with ==, and for a
+        # list tells the kernel is_causal False)
         out = kernel(q, k, v, cu, cu, m, m, scale=scaling, window_size=CAUSAL, enable_gqa=groups > 1)  # [T, H, D]
         return out.unsqueeze(0), None
     bounds = cu.tolist()
