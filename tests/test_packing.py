@@ -1,7 +1,9 @@
 """Padding-free micro-batches (train.packing) on the tiny model, no Ray: log-probs, entropy,
 loss and gradients equal the padded computation for every loss type, with truncated
 importance sampling and chunked log-probs; packs hold at most the token budget; the model
-keeps its own attention setting (checkpoints load anywhere)."""
+keeps its own attention setting (checkpoints load anywhere). The CUDA branch (torch's varlen_attn)
+runs here too, with only its FlashAttention op stood in (tests/cuda_standins.py): causal within
+each packed segment, with grouped-query heads, for one attention call and for a whole bf16 step."""
 
 from __future__ import annotations
 
@@ -133,7 +135,8 @@ def _packed_on_cuda(monkeypatch, q, k, v, cu, scale, grad=False):
     from cuda_standins import cuda_reporting, install_varlen
 
     calls, op_calls = [], []
-    monkeypatch.setattr(packing, "_varlen_kernel", lambda: install_varlen(monkeypatch, calls, op_calls))
+    kernel = install_varlen(monkeypatch, calls, op_calls)
+    monkeypatch.setattr(packing, "_varlen_kernel", lambda: kernel)
     leaves = [x.to(torch.bfloat16).requires_grad_(grad) for x in (q, k, v)]
     out, _ = packing.varlen_attention(None, *(cuda_reporting(x) for x in leaves), None, scaling=scale,
                                       cu_seq_lens_q=torch.tensor(cu, dtype=torch.int32),
@@ -201,3 +204,43 @@ def test_packed_attention_takes_the_kernel_only_for_cuda_half_precision(monkeypa
                                           cu_seq_lens_q=torch.tensor(cu, dtype=torch.int32))
         assert (out.double() - _reference(q, k, v, cu, True, 0.3)).abs().max() < 0.03
     assert not used
+
+
+def test_a_packed_trainer_step_through_the_cuda_kernel_equals_the_padded_step(tiny, monkeypatch):
+    """The whole packed path as a GPU runs it, on the CPU: a bf16 trainer (fp32 masters) whose
+    packed attention reports CUDA tensors to rlvr's attention function, so transformers' kwargs
+    (scaling, cu_seq_lens_q, max_length_q) go through the kernel branch into torch's varlen_attn
+    (its FlashAttention op stood in): log-probs, loss, gradient norm and gradient equal the padded
+    step's within bf16 rounding (a non-causal window moves the gradient by ~85%)."""
+    from transformers import AttentionInterface
+
+    from cuda_standins import cuda_reporting, install_varlen
+    from rlvr.train import packing
+
+    calls = []
+    kernel = install_varlen(monkeypatch, calls)
+    monkeypatch.setattr(packing, "_varlen_kernel", lambda: kernel)
+    packing.register()
+
+    def on_cuda(module, query, key, value, mask, **kw):
+        out, w = packing.varlen_attention(module, *(cuda_reporting(x) for x in (query, key, value)), mask, **kw)
+        return out.as_subclass(torch.Tensor), w
+
+    monkeypatch.setitem(AttentionInterface._global_mapping, packing.NAME, on_cuda)
+    out = []
+    for packed, kw in ((False, {"micro_batch_size": 3}), (True, {"max_tokens_per_microbatch": 16})):
+        cfg = TrainerConfig(lr=1e-2, dtype="bfloat16", device="cpu", packing=packed,
+                            loss=LossConfig(loss_type="grpo"), **kw)
+        t = PolicyTrainer(tiny, cfg, max_tokens=8, total_steps=10, temperature=0.7)
+        with torch.no_grad():
+            lp, _, mask = t._logprobs(t.model, P, C)
+        t.opt.step = lambda: None
+        m = t.step(Batch(P, C, A, None, None))
+        g = torch.cat([q.grad.flatten() for q in t.master.params if q.grad is not None])
+        out.append((lp.float() * mask, m, g))
+    assert len(calls) >= 2 * 4 and all(c["scale"] == pytest.approx(64 ** -0.5) for c in calls)
+    (lp0, m0, g0), (lp1, m1, g1) = out
+    assert (lp0 - lp1).abs().max() < 0.05 and lp0.abs().max() > 1
+    assert m1["loss/policy"] == pytest.approx(m0["loss/policy"], rel=1e-3, abs=1e-6)
+    assert m1["grad/norm"] == pytest.approx(m0["grad/norm"], rel=0.02)
+    assert (g1 - g0).norm() < 0.05 * g0.norm()
