@@ -555,9 +555,10 @@ def packed_check(path: str, cfg, dims: dict, device: str, sequences: int, gates:
         if "skipped" not in c:
             c["caught"] = not within(c, gates)
     # Attention across sequences must be seen by the gates, or they are too loose to mean anything.
-    # The window list is a finding, not a gate: torch's wrapper then tells FlashAttention is_causal
-    # False with the window (-1, 0), and whether the kernel masks such a window causally anyway is
-    # what this run measures (rlvr passes the tuple either way: tests/test_packing.py).
+    # The window list is a finding, not a gate: torch's wrapper then tells the kernel is_causal False
+    # with the window (-1, 0), and FlashAttention-2 derives causality from the window itself (left <
+    # 0, right == 0), so it probably masks causally anyway; this run measures it (rlvr passes the
+    # tuple either way: tests/test_packing.py).
     controls["one_segment_per_row"]["must_be_caught"] = True
     controls["window_as_list"]["must_be_caught"] = False
     out["controls"] = controls

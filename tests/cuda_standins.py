@@ -6,7 +6,8 @@
   FlashAttention op replaced by a CPU reference (`varlen_op_standin`): the wrapper reads the
   arguments as on a GPU (`window_size == (-1, 0)` is causal, so a list is not; `enable_gqa` is
   required for fewer key/value heads), the reference computes scaled-dot-product attention per
-  `cu_seqlens` segment in float32;
+  `cu_seqlens` segment in float32, causal when told `is_causal` (stricter than FlashAttention-2,
+  which also reads a window (-1, 0) as causal: a list is refused here whatever the kernel does);
 - `CudaRecorder`: `torch.cuda` functions (synchronize, streams, memory statistics) as no-ops that
   record the order they were called in.
 """
@@ -128,9 +129,6 @@ class CudaRecorder:
             return f
 
         class _Ctx:
-            def __init__(self, s):
-                self.s = s
-
             def __enter__(self):
                 rec.events.append("stream.enter")
 
@@ -149,6 +147,6 @@ class CudaRecorder:
         monkeypatch.setattr(c, "max_memory_allocated", note("max_memory_allocated", self.allocated))
         monkeypatch.setattr(c, "max_memory_reserved", note("max_memory_reserved", self.reserved))
         monkeypatch.setattr(c, "Stream", Stream)
-        monkeypatch.setattr(c, "stream", lambda s: _Ctx(s))
+        monkeypatch.setattr(c, "stream", lambda s: _Ctx())
         monkeypatch.setattr(c, "current_stream", lambda device=None: Stream(device))
         return self

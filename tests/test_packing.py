@@ -172,7 +172,8 @@ def test_packed_attention_on_cuda_is_causal_within_each_segment(monkeypatch, hea
 def test_the_varlen_stand_in_refuses_is_causal_and_a_window_list(monkeypatch):
     """What makes the test above fail on a wrong call: torch 2.13's varlen_attn has no is_causal
     (TypeError, as the first packed step on a GPU raised), and a window list is not (-1, 0) to
-    torch's wrapper (full attention across each segment)."""
+    torch's wrapper, which then tells the kernel is_causal False (the stand-in attends across
+    each whole segment; what FlashAttention itself does then, make gpu-check reports)."""
     from cuda_standins import install_varlen
 
     cu, scale = [0, 4, 9], 0.5
