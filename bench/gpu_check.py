@@ -738,12 +738,12 @@ def doc_section(summary: dict, parts: dict[str, dict], argv: list[str]) -> str:
         "## GPU acceptance check (bench/gpu_check.py)", "",
         f"Command: `python bench/gpu_check.py {' '.join(argv)}`".rstrip() + f" on {where}, torch "
         f"{summary['versions']['torch']}, transformers {summary['versions']['transformers']}, "
-        f"{time.strftime('%Y-%m-%d')}. A random {m['shape']} ({m.get('parameters', 0) / 1e9:.2f} B parameters, "
+        f"{time.strftime('%Y-%m-%d')}. A random {m['shape']} ({m.get('parameters', 0) / 1e6:,.1f} M parameters, "
         f"vocabulary {m['vocab_size']:,}); rlvr's trainer (bf16 compute, fp32 masters, the shipped options "
         f"{t.get('options', '(train did not run)')}); rlvr's transformers engine for generation. Parts passed: "
         f"{', '.join(summary['passed']) or 'none'}; failed: {', '.join(summary['failed']) or 'none'}.", "",
         "| part | figure |", "|---|---|",
-        row(f"trainer step (last of {t.get('steps')})", "train",
+        row(f"trainer step (last of {t['steps']})" if "steps" in t else "trainer step", "train",
             lambda t: f"{t['step_s']:.2f} s: pi_old {t['pi_old_s']:.2f} s, forward-backward {t['fwd_bwd_s']:.2f} s, "
                       f"optimizer {t['optimizer_s']:.2f} s; {t['tokens_per_s']:,.0f} tokens/s ({t['sequences']} "
                       f"sequences, {t['tokens_per_step']:,} tokens, {t['padded_frac']:.0%} padding); MFU "
@@ -762,11 +762,13 @@ def doc_section(summary: dict, parts: dict[str, dict], argv: list[str]) -> str:
             lambda g: f"{g['prompts']} prompts x {g['max_tokens']} tokens: {g['seconds']:.2f} s, "
                       f"{g['tokens_per_s']:,.0f} tokens/s, peak {g['peak_mem_gib']} GiB"),
         row("packed vs padded, same weights and batch", "packed",
-            lambda p: f"{p['kernel']}: |dlogp| p99 {p['dlogp']['p99']}, max {p['dlogp']['max']}; loss "
+            lambda p: f"{p['kernel']}: \\|dlogp\\| p99 {p['dlogp']['p99']}, max {p['dlogp']['max']}; loss "
                       f"{p['loss_rel_diff']:.2e} and grad norm {p['grad_norm_rel_diff']:.2e} relative difference, "
-                      f"gradient cosine {p['grad_cosine']}; controls (must miss the gates): " + "; ".join(
+                      f"gradient cosine {p['grad_cosine']}; controls: " + "; ".join(
                           f"{k} {'skipped' if 'skipped' in c else ('caught' if c['caught'] else 'NOT caught')}"
-                          + ('' if 'skipped' in c else f" (max {c['max']})") for k, c in p["controls"].items())),
+                          + ('' if 'skipped' in c else f" (max {c['max']}"
+                             f"{', must be caught' if c['must_be_caught'] else ', reported'})")
+                          for k, c in p["controls"].items())),
         row("rlvr-train, 3 steps, engine and trainer on one GPU", "smoke",
             lambda s: f"{'ok' if s['ok'] else 'FAILED'} in {s['seconds']:.0f} s; sync: {s['sync']}"),
         row("trainer step, padded / packed (train.packing), GSM8K + MATH length mix", "packing_speed",
