@@ -224,11 +224,7 @@ def agreement(trainer, samples: list) -> dict:
         mine = lp[j, :len(comps[j])].float().cpu()
         theirs = torch.tensor(s.logprobs, dtype=torch.float32)
         diffs.append((mine - theirs).abs())
-    d = torch.cat(diffs)
-    nan = int(torch.isnan(d).sum())
-    d = d[~torch.isnan(d)]
-    return {"tokens": int(d.numel()) + nan, "nan": nan, "mean": round(float(d.mean()), 5),
-            "p99": round(float(torch.quantile(d, 0.99)), 5), "max": round(float(d.max()), 5)}
+    return dlogp_stats(torch.cat(diffs))
 
 
 def train_check(trainer, cfg, dims: dict, device: str, sequences: int, steps: int) -> dict:
