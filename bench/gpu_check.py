@@ -9,12 +9,14 @@ with Qwen3-1.7B's dimensions (hidden 2048, 28 layers, 16 heads, 8 KV heads, head
 intermediate 6144, vocabulary 151,936, tied embeddings) is built with random weights, saved to
 a temporary folder, and then:
 
-1. generate: rlvr's transformers engine (bf16) samples --gen-prompts x --gen-tokens tokens
+1. build: the random model, saved;
+2. generate: rlvr's transformers engine (bf16) samples --gen-prompts x --gen-tokens tokens
    with their log-probs (tokens/s, peak memory);
-2. agree: rlvr's trainer (rlvr.train.trainer.PolicyTrainer, bf16 compute, fp32 masters) scores
-   those same tokens on the same weights; |trainer - engine| log-prob per token (mean, p99,
-   max, NaNs) catches alignment, temperature, EOS, padding and NaN problems at once;
-3. train: the shipped configuration, not a best case: the trainer options of
+3. trainer: rlvr's trainer (rlvr.train.trainer.PolicyTrainer, bf16 compute, fp32 masters) loads;
+4. agree: the trainer scores the engine's tokens on the same weights; |trainer - engine|
+   log-prob per token (mean, p99, max, NaNs), each gated, catches alignment, temperature, EOS,
+   padding and NaN problems at once (a few misaligned tokens move the max, not the mean);
+5. train: the shipped configuration, not a best case: the trainer options of
    configs/qwen3-1.7B-gsm8k.yaml (token budget, mini_batches, loss_type, TIS with behaviour
    log-probs, hence the pi_old pass, gradient checkpointing; --set KEY=VALUE changes one) on
    one FSDP rank's share of its rollout batch (prompts_per_step x n / num_trainers sequences)
@@ -23,19 +25,27 @@ a temporary folder, and then:
    the last step's time split (pi_old / forward-backward / optimizer), tokens/s, padded-token
    fraction, MFU, max_memory_allocated and max_memory_reserved, next to rlvr-train --plan's
    estimate of the same;
-4. sync: right after the last optimizer step, the weight producer (PolicyTrainer.wire_weights,
+6. sync: right after the last optimizer step, the weight producer (PolicyTrainer.wire_weights,
    then packing on a side stream, as vLLM's NCCL producer does) is timed, and the checksum of
    what it packed is compared with the checksum of the fp32 master weights cast to bf16 (a
    send that raced the optimizer's kernels would differ);
-5. smoke (where vLLM and Ray are installed): a 3-step rlvr-train on this one GPU, the engine
+7. packed: packed micro-batches (train.packing: torch's varlen_attn on CUDA) against padded
+   ones, numerically, on the same weights and batch: per-token |dlogp| max and p99, the loss's
+   and the gradient norm's relative difference, the cosine of the flattened gradients; negative
+   controls: one segment spanning each packed row (must miss the gates) and, on CUDA, the
+   causal window handed to varlen_attn as a list (what the kernel makes of it, reported);
+8. packing_speed: one trainer step padded and one packed on a GSM8K + MATH length mix
+   (bench/bench_packing.py), tokens/s of each;
+9. smoke (where vLLM and Ray are installed): a 3-step rlvr-train on this one GPU, the engine
    and the trainer sharing it (fractional GPUs, the engine's memory capped by the plan, weights
    through the object store).
-6. packing: one trainer step padded and one packed (train.packing) on a GSM8K + MATH length
-   mix (bench/bench_packing.py), tokens/s of each.
 
-One JSON line on stdout (progress on stderr); exit 0 when every part ran and agreed. Without a
-GPU the same code runs on CPU at tiny dimensions (the fallback the test suite runs; its figures
-say nothing about a GPU).
+Every part runs guarded: an exception or a missed gate is that part's result (with its error),
+the other parts still run (those that need it say so). One JSON line per part on stdout, and
+appended to --out FILE, flushed as the part ends; then a summary line (which parts passed,
+failed, were skipped); progress on stderr. Exit 0 when no part failed. Without a GPU the same
+code runs on CPU at tiny dimensions (the fallback the test suite runs; its figures say nothing
+about a GPU; the window-list control and the smoke run are skipped there).
 """
 
 from __future__ import annotations
@@ -48,10 +58,12 @@ import math
 import os
 import platform
 import random
+import re
 import subprocess
 import sys
 import tempfile
 import time
+import warnings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -212,25 +224,15 @@ def agreement(trainer, samples: list) -> dict:
         mine = lp[j, :len(comps[j])].float().cpu()
         theirs = torch.tensor(s.logprobs, dtype=torch.float32)
         diffs.append((mine - theirs).abs())
-    d = torch.cat(diffs)
-    nan = int(torch.isnan(d).sum())
-    d = d[~torch.isnan(d)]
-    return {"tokens": int(d.numel()) + nan, "nan": nan, "mean": round(float(d.mean()), 5),
-            "p99": round(float(torch.quantile(d, 0.99)), 5), "max": round(float(d.max()), 5)}
+    return dlogp_stats(torch.cat(diffs))
 
 
 def train_check(trainer, cfg, dims: dict, device: str, sequences: int, steps: int) -> dict:
     """--steps PolicyTrainer.step calls on one rank's share of a shipped rollout batch."""
     from rlvr.train.plan import ModelShape, trainer_memory
-    from rlvr.train.trainer import Batch
 
-    rng = random.Random(1)
     pairs = length_mix(sequences, cfg.rollout.max_tokens, dims["vocab_size"])
-    batch = Batch(prompt_ids=[p for p, _ in pairs], completion_ids=[c for _, c in pairs],
-                  advantages=[rng.choice([-1.0, 1.0]) * rng.random() for _ in pairs],
-                  # an engine's log-probs of a near-uniform random model: about -log(V)
-                  behaviour_logprobs=[[-math.log(dims["vocab_size"]) + rng.gauss(0, 0.05) for _ in c] for _, c in pairs],
-                  samples_per_batch=sequences)
+    batch = _rollout_batch(pairs, dims["vocab_size"], seed=1)
     real = sum(len(p) + len(c) for p, c in pairs)
     _reset_peak(device)
     times, metrics = [], {}
@@ -353,10 +355,221 @@ def smoke_check(path: str, timeout_s: float) -> dict:
                 "error": None if p.returncode == 0 else p.stderr.strip().splitlines()[-1:]}
 
 
+# Gates on |dlogp| per token (trainer vs engine, packed vs padded): bf16 on a GPU, bf16 on the CPU
+# fallback's tiny model. A control that must fail must exceed them.
+GATES = {"gpu": {"agree": {"mean": 0.1, "p99": 0.3, "max": 1.0},
+                 "packed": {"p99": 0.05, "max": 0.25, "loss_rel": 0.01, "grad_norm_rel": 0.02, "grad_cosine": 0.99}},
+         "cpu": {"agree": {"mean": 0.05, "p99": 0.1, "max": 0.25},
+                 "packed": {"p99": 0.01, "max": 0.03, "loss_rel": 0.01, "grad_norm_rel": 0.02, "grad_cosine": 0.99}}}
+
+
+class Parts:
+    """Each part of the check runs guarded: its failure (an exception, a gate missed) is its own
+    result, never the others' loss. One JSON line per part on stdout (and appended to `out`),
+    flushed as the part ends; `summary()` is the closing line."""
+
+    def __init__(self, out_path: str | None):
+        self.results: dict[str, dict] = {}
+        self.fh = open(out_path, "a") if out_path else None
+
+    def emit(self, row: dict) -> None:
+        line = json.dumps(row, default=str)
+        print(line, flush=True)
+        if self.fh is not None:
+            self.fh.write(line + "\n")
+            self.fh.flush()
+
+    def run(self, name: str, fn, needs: tuple[str, ...] = (), skip: str | None = None) -> dict | None:
+        """fn() -> the part's figures (an "ok" key: its gates; absent, it passed by running).
+        Returns the figures, or None when the part failed or did not run."""
+        missing = [n for n in needs if not self.results.get(n, {}).get("ok")]
+        t0 = time.monotonic()
+        figures: dict | None = None
+        if skip is not None:
+            row = {"part": name, "ok": None, "skipped": skip}
+        elif missing:
+            row = {"part": name, "ok": False, "error": f"not run: needs {', '.join(missing)}, which did not pass"}
+        else:
+            try:
+                figures = fn()
+                row = {"part": name, "ok": bool(figures.get("ok", True)), **{k: v for k, v in figures.items()
+                                                                            if k != "ok"}}
+            except Exception as e:  # noqa: BLE001 - one part's failure is its own result
+                import traceback
+
+                row = {"part": name, "ok": False, "error": f"{type(e).__name__}: {e}",
+                       "traceback": traceback.format_exc().strip().splitlines()[-6:]}
+                log(f"{name} FAILED: {type(e).__name__}: {e}")
+        row["seconds"] = round(time.monotonic() - t0, 2)
+        self.results[name] = row
+        self.emit(row)
+        return figures if row["ok"] else None
+
+    def summary(self, head: dict) -> dict:
+        rows = self.results.values()
+        out = {"check": "gpu", "summary": True, **head,
+               "passed": [r["part"] for r in rows if r["ok"] is True],
+               "failed": [r["part"] for r in rows if r["ok"] is False],
+               "skipped": [r["part"] for r in rows if r["ok"] is None]}
+        out["ok"] = not out["failed"]
+        self.emit(out)
+        if self.fh is not None:
+            self.fh.close()
+        return out
+
+
+def dlogp_stats(d) -> dict:
+    """mean, p99 and max of per-token |dlogp| (a 1-D tensor), NaNs counted apart."""
+    import torch
+
+    d = d.detach().float().abs().cpu()
+    nan = int(torch.isnan(d).sum())
+    d = d[~torch.isnan(d)]
+    if not d.numel():
+        return {"tokens": nan, "nan": nan, "mean": None, "p99": None, "max": None}
+    return {"tokens": int(d.numel()) + nan, "nan": nan, "mean": round(float(d.mean()), 5),
+            "p99": round(float(torch.quantile(d, 0.99)), 5), "max": round(float(d.max()), 5)}
+
+
+def within(stats: dict, gates: dict) -> bool:
+    """Every gated figure of `stats` present, finite and at most its gate; no NaN."""
+    return stats.get("nan", 0) == 0 and all(stats.get(k) is not None and stats[k] <= g for k, g in gates.items()
+                                            if k in ("mean", "p99", "max"))
+
+
+def agree_check(trainer, samples: list, gates: dict) -> dict:
+    out = agreement(trainer, samples)
+    out["gates"] = gates
+    out["ok"] = within(out, gates)
+    return out
+
+
+def _rollout_batch(pairs: list, vocab: int, seed: int):
+    """A Batch of (prompt, completion) pairs: random advantages, behaviour log-probs of a
+    near-uniform random model (about -log V), as an engine would report them."""
+    from rlvr.train.trainer import Batch
+
+    rng = random.Random(seed)
+    return Batch(prompt_ids=[p for p, _ in pairs], completion_ids=[c for _, c in pairs],
+                 advantages=[rng.choice([-1.0, 1.0]) * rng.random() for _ in pairs],
+                 behaviour_logprobs=[[-math.log(vocab) + rng.gauss(0, 0.05) for _ in c] for _, c in pairs],
+                 samples_per_batch=len(pairs))
+
+
+def packed_check(path: str, cfg, dims: dict, device: str, sequences: int, gates: dict) -> dict:
+    """Packed (train.packing) against padded micro-batches on one trainer, the same weights and
+    batch: per-token |dlogp| (max, p99), the loss's and the gradient norm's relative difference,
+    the cosine of the flattened gradients. Two negative controls, measured against the same
+    gates: one segment spanning each packed row (attention across sequences), which the gates
+    must catch; and, where the kernel runs (CUDA, bf16), torch's varlen_attn given its causal
+    window as a list (torch's wrapper compares it with == to the tuple (-1, 0), so it tells the
+    kernel is_causal False), reported as caught or not: what FlashAttention makes of it."""
+    import contextlib
+
+    import torch
+
+    from rlvr.train import packing
+    from rlvr.train.trainer import PolicyTrainer
+
+    pairs = length_mix(sequences, cfg.rollout.max_tokens, dims["vocab_size"], seed=2)
+    batch = _rollout_batch(pairs, dims["vocab_size"], seed=2)
+    lengths = [len(p) + len(c) for p, c in pairs]
+    budget = max(max(lengths), sum(lengths) // 2)            # two or three packed rows, several sequences each
+    tc = dataclasses.replace(cfg.train, mini_batches=1, epochs=1, packing=False, micro_batch_size=4,
+                             max_tokens_per_microbatch=budget)
+    t = PolicyTrainer(path, tc, max_tokens=cfg.rollout.max_tokens, total_steps=4, temperature=1.0)
+    t.opt.step = lambda: None                                # gradients compared, weights left as they are
+    warnings.filterwarnings("ignore", message=re.escape("Seems like `optimizer.step()` has been overridden"))
+    kernel = packing._varlen_kernel() if device.startswith("cuda") else None
+    calls = []
+
+    def counted(*a, **kw):
+        calls.append(1)
+        return kernel(*a, **kw)
+
+    @contextlib.contextmanager
+    def patched(name, value):
+        before = getattr(packing, name)
+        setattr(packing, name, value)
+        try:
+            yield
+        finally:
+            setattr(packing, name, before)
+
+    def spanning(p, dev):                                     # negative control: one segment per row
+        kw = real_forward_kwargs(p, dev)
+        n = p.input_ids.shape[1]
+        kw["cu_seq_lens_q"] = kw["cu_seq_lens_k"] = torch.tensor([0, n], dtype=torch.int32, device=dev)
+        kw["max_length_q"] = kw["max_length_k"] = n
+        return kw
+
+    def listed(*a, **kw):                                     # negative control: the window as a list
+        kw["window_size"] = list(kw.get("window_size", (-1, -1)))
+        return counted(*a, **kw)
+
+    real_forward_kwargs = packing.forward_kwargs
+    prompts, comps = batch.prompt_ids, batch.completion_ids
+
+    def logprobs(packed: bool):
+        t.cfg = dataclasses.replace(tc, packing=packed)
+        with torch.no_grad():
+            lp, _, mask = t._logprobs(t.model, prompts, comps)
+        return lp.float()[mask.bool()]
+
+    def stepped(packed: bool):
+        t.cfg = dataclasses.replace(tc, packing=packed)
+        m = t.step(batch)
+        params = t.master.params if t.master is not None else list(t.model.parameters())
+        g = torch.cat([p.grad.detach().float().flatten() for p in params if p.grad is not None])
+        return m, g
+
+    kctx = patched("_varlen_kernel", lambda: counted) if kernel is not None else contextlib.nullcontext()
+    with kctx:
+        lp_pad, (m_pad, g_pad) = logprobs(False), stepped(False)
+        lp_pack, (m_pack, g_pack) = logprobs(True), stepped(True)
+    out: dict = {"sequences": sequences, "tokens": sum(lengths), "budget": budget,
+                 "kernel": "torch varlen_attn" if kernel is not None else "scaled_dot_product_attention per sequence",
+                 "kernel_calls": len(calls), "gates": gates}
+    out["dlogp"] = dlogp_stats(lp_pack - lp_pad)
+    rel = lambda a, b: abs(a - b) / max(abs(b), 1e-12)   # noqa: E731
+    out["loss_padded"], out["loss_packed"] = m_pad["loss/policy"], m_pack["loss/policy"]
+    out["loss_rel_diff"] = round(rel(m_pack["loss/policy"], m_pad["loss/policy"]), 6)
+    out["grad_norm_padded"], out["grad_norm_packed"] = m_pad["grad/norm"], m_pack["grad/norm"]
+    out["grad_norm_rel_diff"] = round(rel(m_pack["grad/norm"], m_pad["grad/norm"]), 6)
+    out["grad_cosine"] = round(float(torch.nn.functional.cosine_similarity(g_pack, g_pad, dim=0)), 6)
+    del g_pad, g_pack
+    controls: dict = {}
+    with patched("forward_kwargs", spanning):
+        controls["one_segment_per_row"] = dlogp_stats(logprobs(True) - lp_pad)
+    if kernel is not None:
+        with patched("_varlen_kernel", lambda: listed):
+            controls["window_as_list"] = dlogp_stats(logprobs(True) - lp_pad)
+    else:
+        controls["window_as_list"] = {"skipped": "torch's varlen_attn (FlashAttention) runs on CUDA in bf16/fp16 "
+                                                 "only; here the per-sequence path has no window"}
+    for c in controls.values():
+        if "skipped" not in c:
+            c["caught"] = not within(c, gates)
+    # Attention across sequences must be seen by the gates, or they are too loose to mean anything.
+    # The window list is a finding, not a gate: torch's wrapper then tells the kernel is_causal False
+    # with the window (-1, 0), and FlashAttention-2 derives causality from the window itself (left <
+    # 0, right == 0), so it probably masks causally anyway; this run measures it (rlvr passes the
+    # tuple either way: tests/test_packing.py).
+    controls["one_segment_per_row"]["must_be_caught"] = True
+    controls["window_as_list"]["must_be_caught"] = False
+    out["controls"] = controls
+    out["ok"] = bool(within(out["dlogp"], gates) and out["loss_rel_diff"] <= gates["loss_rel"]
+                     and out["grad_norm_rel_diff"] <= gates["grad_norm_rel"] and out["grad_cosine"] >= gates["grad_cosine"]
+                     and (kernel is None or out["kernel_calls"] > 0) and controls["one_segment_per_row"]["caught"])
+    del t
+    gc.collect()
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="gpu_check.py", description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="examples:\n  python bench/gpu_check.py\n"
+                                 epilog="examples:\n  python bench/gpu_check.py --out gpucheck.jsonl\n"
                                         "  python bench/gpu_check.py --set max_tokens_per_microbatch=16384\n"
                                         "  python bench/gpu_check.py --cpu     # the tiny CPU fallback")
     ap.add_argument("--cpu", action="store_true", help="run the tiny CPU fallback even if a GPU is present")
@@ -365,8 +578,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=2, help="trainer steps; the last one is timed (default 2)")
     ap.add_argument("--gen-prompts", type=int, help="prompts for the engine (default 16; CPU 2)")
     ap.add_argument("--gen-tokens", type=int, help="new tokens per prompt (default 256; CPU 8)")
+    ap.add_argument("--packed-sequences", type=int, help="sequences of the packed vs padded comparison "
+                    "(default 32; CPU 6)")
     ap.add_argument("--smoke", choices=("auto", "on", "off"), default="auto",
                     help="the 3-step rlvr-train (auto: on a GPU where vLLM and Ray are installed)")
+    ap.add_argument("--out", metavar="FILE", help="also append each part's JSON line to FILE as the part ends")
     ap.add_argument("--doc", metavar="FILE", help="also write the figures as a markdown section (e.g. "
                     "docs/bench/gpucheck.md, then python bench/assemble.py)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -390,6 +606,7 @@ def main(argv: list[str] | None = None) -> int:
     gpu = torch.cuda.is_available() and not a.cpu
     device = "cuda" if gpu else "cpu"
     dims = QWEN3_1_7B if gpu else TINY
+    gates = GATES["gpu" if gpu else "cpu"]
     if not gpu:
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     cfg = shipped_config(device, sets)
@@ -397,63 +614,100 @@ def main(argv: list[str] | None = None) -> int:
     sequences = a.sequences or (share if gpu else 8)
     t_start = time.monotonic()
     name = torch.cuda.get_device_name(0) if gpu else None
-    out: dict = {"check": "gpu", "device": device, "gpu": name,
-                 "fallback": None if gpu else "no CUDA GPU: tiny model on CPU (figures say nothing about a GPU)",
-                 "model": {"shape": "Qwen3-1.7B" if gpu else "tiny Qwen3", **{k: dims[k] for k in (
-                     "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
-                     "intermediate_size", "vocab_size", "tie_word_embeddings")}},
-                 "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                              "transformers": transformers.__version__,
-                              "cuda": torch.version.cuda if gpu else None}}
+    head: dict = {"device": device, "gpu": name,
+                  "fallback": None if gpu else "no CUDA GPU: tiny model on CPU (figures say nothing about a GPU)",
+                  "model": {"shape": "Qwen3-1.7B" if gpu else "tiny Qwen3", **{k: dims[k] for k in (
+                      "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+                      "intermediate_size", "vocab_size", "tie_word_embeddings")}},
+                  "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                               "transformers": transformers.__version__,
+                               "cuda": torch.version.cuda if gpu else None}}
     from rlvr.train.trainer import PolicyTrainer
 
+    parts = Parts(a.out)
+    held: dict = {}          # what one part hands to the next: the engine, its samples, the trainer
     with tempfile.TemporaryDirectory(prefix="rlvr-gpu-check-") as tmp:
         path = os.path.join(tmp, "model")
-        t0 = time.monotonic()
-        out["model"]["parameters"] = build_model(path, dims, device)
-        log(f"built a random {out['model']['shape']} ({out['model']['parameters'] / 1e9:.2f} B parameters) in "
-            f"{time.monotonic() - t0:.1f}s")
-        out["generate"], eng, samples = generate_check(path, device, a.gen_prompts or (16 if gpu else 2),
-                                                       a.gen_tokens or (256 if gpu else 8))
-        t0 = time.monotonic()
-        trainer = PolicyTrainer(path, cfg.train, max_tokens=cfg.rollout.max_tokens, total_steps=a.steps,
-                                temperature=1.0)
-        _sync(device)
-        load_s = time.monotonic() - t0
-        log(f"trainer loaded in {load_s:.1f}s on {trainer.device} ({trainer.dtype} compute, fp32 masters)")
-        out["agree"] = agreement(trainer, samples)
-        log(f"trainer vs engine log-probs: mean {out['agree']['mean']}, p99 {out['agree']['p99']}, "
-            f"max {out['agree']['max']}, NaN {out['agree']['nan']}")
-        eng.close()
-        del eng, samples
-        out["train"] = train_check(trainer, cfg, dims, device, sequences, a.steps)
-        out["train"]["load_s"] = round(load_s, 2)
-        peak = next((v for k, v in PEAK_BF16_TFLOPS.items() if name and k in name), None)
-        t = out["train"]
-        t["mfu"] = round(t["flops_per_token"] * t["tokens_per_s"] / (peak * 1e12), 4) if peak else None
-        out["sync"] = sync_check(trainer, device)
-        log(f"weights out after the step: {out['sync']['wire_s']:.3f}s gathered, {out['sync']['pack_s']:.3f}s packed, "
-            f"checksum {'matches' if out['sync']['match'] else 'DIFFERS'}")
-        del trainer
-        _reset_peak(device)
-        smoke = a.smoke == "on" or (a.smoke == "auto" and gpu and _importable("vllm") and _importable("ray"))
-        out["smoke"] = smoke_check(path, 420) if smoke else None
-        from bench.bench_packing import packing_check   # padded vs packed (train.packing) on a GSM8K + MATH mix
 
-        out["packing"] = packing_check(path, device, dims["vocab_size"], 16 if gpu else 4, 1.0 if gpu else 0.02,
-                                       {k: v for k, v in sets.items() if k not in ("packing", "micro_batch_size")})
-        log(f"packed micro-batches: {out['packing']['packed_speedup']}x the padded step's tokens/s")
+        def build():
+            n = build_model(path, dims, device)
+            log(f"built a random {head['model']['shape']} ({n / 1e9:.2f} B parameters)")
+            head["model"]["parameters"] = n
+            return {"parameters": n}
+
+        def generate():
+            figures, held["engine"], held["samples"] = generate_check(path, device, a.gen_prompts or (16 if gpu else 2),
+                                                                      a.gen_tokens or (256 if gpu else 8))
+            return figures
+
+        def load():
+            t0 = time.monotonic()
+            held["trainer"] = PolicyTrainer(path, cfg.train, max_tokens=cfg.rollout.max_tokens, total_steps=a.steps,
+                                            temperature=1.0)
+            _sync(device)
+            tr = held["trainer"]
+            log(f"trainer loaded on {tr.device} ({tr.dtype} compute, fp32 masters)")
+            return {"load_s": round(time.monotonic() - t0, 2), "device": tr.device,
+                    "compute_dtype": str(tr.dtype).replace("torch.", "")}
+
+        def agree():
+            out = agree_check(held["trainer"], held["samples"], gates["agree"])
+            log(f"trainer vs engine log-probs: mean {out['mean']}, p99 {out['p99']}, max {out['max']}, NaN {out['nan']}")
+            return out
+
+        def train():
+            out = train_check(held["trainer"], cfg, dims, device, sequences, a.steps)
+            peak = next((v for k, v in PEAK_BF16_TFLOPS.items() if name and k in name), None)
+            out["mfu"] = round(out["flops_per_token"] * out["tokens_per_s"] / (peak * 1e12), 4) if peak else None
+            return out
+
+        def sync():
+            out = sync_check(held["trainer"], device)
+            log(f"weights out after the step: {out['wire_s']:.3f}s gathered, {out['pack_s']:.3f}s packed, "
+                f"checksum {'matches' if out['match'] else 'DIFFERS'}")
+            out["ok"] = out["match"]
+            return out
+
+        def packed():
+            out = packed_check(path, cfg, dims, device, a.packed_sequences or (32 if gpu else 6), gates["packed"])
+            log(f"packed vs padded: |dlogp| p99 {out['dlogp']['p99']}, max {out['dlogp']['max']}, grad cosine "
+                f"{out['grad_cosine']}; controls caught: "
+                f"{[k for k, c in out['controls'].items() if c.get('caught')]}")
+            return out
+
+        def speed():
+            from bench.bench_packing import packing_check   # padded vs packed on a GSM8K + MATH mix
+
+            out = packing_check(path, device, dims["vocab_size"], 16 if gpu else 4, 1.0 if gpu else 0.02,
+                                {k: v for k, v in sets.items() if k not in ("packing", "micro_batch_size")})
+            log(f"packed micro-batches: {out['packed_speedup']}x the padded step's tokens/s")
+            return out
+
+        smoke = a.smoke == "on" or (a.smoke == "auto" and gpu and _importable("vllm") and _importable("ray"))
+        parts.run("build", build)
+        parts.run("generate", generate, needs=("build",))
+        parts.run("trainer", load, needs=("build",))
+        parts.run("agree", agree, needs=("generate", "trainer"))
+        if held.get("engine") is not None:
+            held.pop("engine").close()
+        held.pop("samples", None)
+        parts.run("train", train, needs=("trainer",))
+        parts.run("sync", sync, needs=("train",))
+        held.pop("trainer", None)
+        _reset_peak(device)
+        parts.run("packed", packed, needs=("build",))
+        parts.run("packing_speed", speed, needs=("build",))
+        parts.run("smoke", lambda: smoke_check(path, 420), needs=("build",),
+                  skip=None if smoke else "auto: rlvr-train runs on a GPU where vLLM and Ray are installed")
     import resource
 
-    out["max_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)  # host memory
-    out["total_s"] = round(time.monotonic() - t_start, 1)
-    agree_ok = out["agree"]["nan"] == 0 and out["agree"]["mean"] < (0.1 if gpu else 0.05)
-    out["ok"] = bool(agree_ok and out["sync"]["match"] and (out["smoke"] is None or out["smoke"]["ok"]))
-    print(json.dumps(out), flush=True)
+    head["max_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)  # host memory
+    head["total_s"] = round(time.monotonic() - t_start, 1)
+    summary = parts.summary(head)
     if a.doc:
         with open(a.doc, "w") as fh:
-            fh.write(doc_section(out, argv if argv is not None else sys.argv[1:]))
-    return 0 if out["ok"] else 1
+            fh.write(doc_section(summary, parts.results, argv if argv is not None else sys.argv[1:]))
+    return 0 if summary["ok"] else 1
 
 
 def _importable(name: str) -> bool:
@@ -462,41 +716,64 @@ def _importable(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
 
 
-def doc_section(out: dict, argv: list[str]) -> str:
-    """docs/bench/gpucheck.md from one run's JSON."""
-    t, g, m, ag, s = out["train"], out["generate"], out["model"], out["agree"], out["sync"]
-    where = out["gpu"] or "CPU (fallback: tiny model)"
+def doc_section(summary: dict, parts: dict[str, dict], argv: list[str]) -> str:
+    """docs/bench/gpucheck.md from one run's part lines and summary (a part that failed or did not
+    run says so in its row)."""
+    def row(label: str, part: str, text):
+        r = parts.get(part) or {"ok": False, "error": "not run"}
+        if r["ok"] is None:
+            return None
+        if r["ok"] is False and "error" in r:
+            return f"| {label} | FAILED: {r['error']} |"
+        return f"| {label} | {text(r)}{'' if r['ok'] else ' (FAILED its gates)'} |"
+
+    m = summary["model"]
+    where = summary["gpu"] or "CPU (fallback: tiny model)"
+    t = parts.get("train", {})
     lines = [
         "## GPU acceptance check (bench/gpu_check.py)", "",
         f"Command: `python bench/gpu_check.py {' '.join(argv)}`".rstrip() + f" on {where}, torch "
-        f"{out['versions']['torch']}, transformers {out['versions']['transformers']}, {time.strftime('%Y-%m-%d')}. "
-        f"A random {m['shape']} ({m['parameters'] / 1e9:.2f} B parameters, vocabulary {m['vocab_size']:,}); rlvr's "
-        f"trainer ({t['compute_dtype']} compute, {t['master_dtype']} masters, the shipped options {t['options']}) on "
-        f"{t['sequences']} sequences of a realistic length mix ({t['tokens_per_step']:,} tokens, "
-        f"{t['padded_frac']:.0%} of the computed positions padding); rlvr's transformers engine for generation.", "",
+        f"{summary['versions']['torch']}, transformers {summary['versions']['transformers']}, "
+        f"{time.strftime('%Y-%m-%d')}. A random {m['shape']} ({m.get('parameters', 0) / 1e6:,.1f} M parameters, "
+        f"vocabulary {m['vocab_size']:,}); rlvr's trainer (bf16 compute, fp32 masters, the shipped options "
+        f"{t.get('options', '(train did not run)')}); rlvr's transformers engine for generation. Parts passed: "
+        f"{', '.join(summary['passed']) or 'none'}; failed: {', '.join(summary['failed']) or 'none'}.", "",
         "| part | figure |", "|---|---|",
-        f"| trainer step (last of {t['steps']}, {t['updates']:.0f} updates) | {t['step_s']:.2f} s: pi_old "
-        f"{t['pi_old_s']:.2f} s, forward-backward {t['fwd_bwd_s']:.2f} s, optimizer {t['optimizer_s']:.2f} s; "
-        f"{t['tokens_per_s']:,.0f} tokens/s; MFU {t['mfu'] if t['mfu'] is not None else 'n/a'} |",
-        f"| trainer memory | max_memory_allocated {t['max_allocated_gib']} GiB, max_memory_reserved "
-        f"{t['max_reserved_gib']} GiB; rlvr-train --plan's estimate {t['plan_estimate_gib']} GiB "
-        f"({t['plan_allocated_gib']} GiB before allocator overhead) |",
-        f"| trainer vs engine log-probs, same weights | mean {ag['mean']}, p99 {ag['p99']}, max {ag['max']} over "
-        f"{ag['tokens']} tokens, {ag['nan']} NaN |",
-        f"| weights out after the step | gathered {s['wire_s']:.3f} s, packed {s['pack_s']:.3f} s "
-        f"({s['bytes'] / 2**30:.2f} GiB); checksum {'equals' if s['match'] else 'DIFFERS from'} the masters' |",
-        f"| generation | {g['prompts']} prompts x {g['max_tokens']} tokens: {g['seconds']:.2f} s, "
-        f"{g['tokens_per_s']:,.0f} tokens/s, peak {g['peak_mem_gib']} GiB |",
+        row(f"trainer step (last of {t['steps']})" if "steps" in t else "trainer step", "train",
+            lambda t: f"{t['step_s']:.2f} s: pi_old {t['pi_old_s']:.2f} s, forward-backward {t['fwd_bwd_s']:.2f} s, "
+                      f"optimizer {t['optimizer_s']:.2f} s; {t['tokens_per_s']:,.0f} tokens/s ({t['sequences']} "
+                      f"sequences, {t['tokens_per_step']:,} tokens, {t['padded_frac']:.0%} padding); MFU "
+                      f"{t['mfu'] if t['mfu'] is not None else 'n/a'}"),
+        row("trainer memory", "train",
+            lambda t: f"max_memory_allocated {t['max_allocated_gib']} GiB, max_memory_reserved "
+                      f"{t['max_reserved_gib']} GiB; rlvr-train --plan's estimate {t['plan_estimate_gib']} GiB "
+                      f"({t['plan_allocated_gib']} GiB before allocator overhead)"),
+        row("trainer vs engine log-probs, same weights", "agree",
+            lambda a: f"mean {a['mean']}, p99 {a['p99']}, max {a['max']} over {a['tokens']} tokens, {a['nan']} NaN "
+                      f"(gates {a['gates']})"),
+        row("weights out after the step", "sync",
+            lambda s: f"gathered {s['wire_s']:.3f} s, packed {s['pack_s']:.3f} s ({s['bytes'] / 2**30:.2f} GiB); "
+                      f"checksum {'equals' if s['match'] else 'DIFFERS from'} the masters'"),
+        row("generation", "generate",
+            lambda g: f"{g['prompts']} prompts x {g['max_tokens']} tokens: {g['seconds']:.2f} s, "
+                      f"{g['tokens_per_s']:,.0f} tokens/s, peak {g['peak_mem_gib']} GiB"),
+        row("packed vs padded, same weights and batch", "packed",
+            lambda p: f"{p['kernel']}: \\|dlogp\\| p99 {p['dlogp']['p99']}, max {p['dlogp']['max']}; loss "
+                      f"{p['loss_rel_diff']:.2e} and grad norm {p['grad_norm_rel_diff']:.2e} relative difference, "
+                      f"gradient cosine {p['grad_cosine']}; controls: " + "; ".join(
+                          f"{k} {'skipped' if 'skipped' in c else ('caught' if c['caught'] else 'NOT caught')}"
+                          + ('' if 'skipped' in c else f" (max {c['max']}"
+                             f"{', must be caught' if c['must_be_caught'] else ', reported'})")
+                          for k, c in p["controls"].items())),
+        row("rlvr-train, 3 steps, engine and trainer on one GPU", "smoke",
+            lambda s: f"{'ok' if s['ok'] else 'FAILED'} in {s['seconds']:.0f} s; sync: {s['sync']}"),
+        row("trainer step, padded / packed (train.packing), GSM8K + MATH length mix", "packing_speed",
+            lambda p: f"{p['tokens']:,} tokens: {p['padded_step_s']:.2f} s / {p['packed_step_s']:.2f} s, "
+                      f"{p['padded_tokens_per_s']:,.0f} / {p['packed_tokens_per_s']:,.0f} tokens/s "
+                      f"({p['packed_speedup']}x)"),
     ]
-    if out.get("smoke"):
-        sm = out["smoke"]
-        lines.append(f"| rlvr-train, 3 steps, engine and trainer on one GPU | {'ok' if sm['ok'] else 'FAILED'} in "
-                     f"{sm['seconds']:.0f} s; sync: {sm['sync']} |")
-    p = out["packing"]
-    lines += [f"| trainer step, padded / packed (train.packing), GSM8K + MATH length mix | {p['tokens']:,} tokens: "
-              f"{p['padded_step_s']:.2f} s / {p['packed_step_s']:.2f} s, {p['padded_tokens_per_s']:,.0f} / "
-              f"{p['packed_tokens_per_s']:,.0f} tokens/s ({p['packed_speedup']}x) |"]
-    lines += ["", f"Whole check: {out['total_s']:.0f} s.", ""]
+    lines = [ln for ln in lines if ln is not None]
+    lines += ["", f"Whole check: {summary['total_s']:.0f} s.", ""]
     return "\n".join(lines)
 
 

@@ -23,6 +23,13 @@ from rlvr.engines.weights import load_update
 _DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}
 
 
+def rng_devices(device: str) -> list[int]:
+    """The CUDA devices whose generators a seeded request forks (and gives back), none on the CPU."""
+    import torch
+
+    return [torch.device(device).index or 0] if device.startswith("cuda") else []
+
+
 class HFEngine(Engine):
     kind = "hf"
     default_window = 1
@@ -112,8 +119,7 @@ class HFEngine(Engine):
             from transformers import StoppingCriteriaList
 
             kw["stopping_criteria"] = StoppingCriteriaList([_StopOnText(self.tokenizer, sampling.stop, len(ids))])
-        devices = [torch.device(self.device).index or 0] if self.device.startswith("cuda") else []
-        with torch.no_grad(), torch.random.fork_rng(devices=devices, enabled=seed is not None):
+        with torch.no_grad(), torch.random.fork_rng(devices=rng_devices(self.device), enabled=seed is not None):
             if seed is not None:
                 torch.manual_seed(seed)
             out = self.hf.generate(inp, generation_config=gc, **kw)

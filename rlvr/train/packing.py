@@ -5,7 +5,9 @@ padding, position ids restarting at 0 for each, and `cu_seqlens` (cumulative len
 where each begins. Attention stays inside each sequence:
 
 - on CUDA in bf16/fp16, torch's variable-length FlashAttention kernel
-  (`torch.nn.attention.varlen.varlen_attn`) takes `cu_seqlens` directly;
+  (`torch.nn.attention.varlen.varlen_attn`) takes `cu_seqlens` directly, causal through its
+  `window_size=(-1, 0)` (it has no `is_causal` argument) and grouped-query heads through
+  `enable_gqa`;
 - elsewhere (CPU, fp32) each sequence's slice goes through causal scaled-dot-product attention
   on its own, so no [T, T] block-diagonal mask is ever built and attention costs the sum of
   the sequences' squared lengths, not the square of the row.
@@ -22,6 +24,8 @@ most train.max_tokens_per_microbatch real tokens (first-fit decreasing).
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -83,12 +87,22 @@ def plan(lengths: dict[int, int], budget: int) -> list[list[int]]:
     return [sorted(b) for b in bins]
 
 
+CAUSAL = (-1, 0)   # varlen_attn's window for causal attention: torch compares it with == to this tuple
+
+
+@functools.lru_cache(maxsize=1)
 def _varlen_kernel():
+    """torch's varlen_attn when its signature takes the arguments used here (window_size, scale
+    and enable_gqa, as torch 2.13's does), else None (the per-sequence path)."""
     try:
         from torch.nn.attention.varlen import varlen_attn
     except ImportError:  # an older torch
         return None
-    return varlen_attn
+    try:
+        params = inspect.signature(varlen_attn).parameters
+    except (TypeError, ValueError):
+        return None
+    return varlen_attn if {"window_size", "scale", "enable_gqa"} <= set(params) else None
 
 
 def varlen_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
@@ -108,7 +122,9 @@ def varlen_attention(module, query, key, value, attention_mask, dropout: float =
         q, k, v = (x[0].transpose(0, 1) for x in (query, key, value))          # [T, H, D]
         cu = cu.to(device=query.device, dtype=torch.int32)
         m = int(kwargs.get("max_length_q") or int((cu[1:] - cu[:-1]).max()))
-        out = kernel(q, k, v, cu, cu, m, m, is_causal=True, scale=scaling, enable_gqa=groups > 1)   # [T, H, D]
+        # causal within each segment: the window (-1, 0) as a tuple (torch compares it with ==, and for a
+        # list tells the kernel is_causal False)
+        out = kernel(q, k, v, cu, cu, m, m, scale=scaling, window_size=CAUSAL, enable_gqa=groups > 1)  # [T, H, D]
         return out.unsqueeze(0), None
     bounds = cu.tolist()
     outs = []
