@@ -160,7 +160,7 @@ class LossConfig:
 @dataclass
 class DistillConfig:
     """Distillation to a teacher's top-k log-probs (the `teacher` section names the teacher): rlvr-train's
-    `train.distill` (rlvr/train/distill.py builds the batch, rlvr/losses.py computes the loss; docs/train.md)."""
+    `train.distill` (rlvr/train/distill.py builds the batch, rlvr/losses.py computes the loss; docs/train-modes.md)."""
     weight: float = 0.0
     """loss/total = loss/rl + weight x loss/distill; 0 = off (their alpha_gkd)."""
     only: bool = False
@@ -204,7 +204,7 @@ class TrainerConfig:
     (divides by G); at G = 8 the unbiased advantages are sqrt(7/8) of the population ones, about 6.5% smaller."""
     loss: LossConfig = field(default_factory=LossConfig)
     """The loss (rlvr/grpo.py): loss_type, clip_low, clip_high, beta, tis_cap, max_tokens."""
-    # -- updates per batch and memory (docs/train.md) --
+    # -- updates per batch (docs/train-algorithms.md) and memory (docs/train-async.md) --
     mini_batches: int = 1
     """Optimizer steps per rollout batch: the batch is split into this many mini-batches (PPO); > 1 lets the clip act."""
     epochs: int = 1
@@ -315,7 +315,7 @@ class SyncConfig:
     mode: str = "between_rounds"
     """between_rounds: new weights reach an engine between two generate calls (runs are reproducible bit for bit);
     in_flight: while requests run, which go on with the new weights, and a round's prompts join the running batch
-    at once (where an update lands depends on timing; every token records its version). docs/train.md."""
+    at once (where an update lands depends on timing; every token records its version). docs/train-async.md."""
     in_flight_kv: str = "recompute"
     """in_flight: the running requests' keys and values at an update: recompute (with the new weights, so every later
     token is sampled exactly by the new policy) or keep (as the old weights made them: no recomputation, PipelineRL's)."""
@@ -382,7 +382,7 @@ class EvalConfig:
 @dataclass
 class SftConfig:
     """Supervised fine-tuning beside the RL loss, or alone (`only`): rlvr-train's `sft` section
-    (rlvr.train.sft reads the records, rlvr.losses computes the loss; docs/train.md)."""
+    (rlvr.train.sft reads the records, rlvr.losses computes the loss; docs/train-modes.md)."""
 
     data: str | None = None
     """JSONL of {prompt, completion} records (rlvr-select writes them), a local file or s3://; null = off."""
@@ -409,7 +409,7 @@ class SftConfig:
 
 @dataclass
 class TeacherConfig:
-    """The teacher of train.distill (rlvr/train/distill.py; docs/train.md): a frozen model on engines of its own,
+    """The teacher of train.distill (rlvr/train/distill.py; docs/train-modes.md): a frozen model on engines of its own,
     or the policy itself with a privileged prompt (on-policy self-distillation)."""
 
     model: str | None = None
@@ -621,7 +621,8 @@ def check_eval(cfg: TrainConfig) -> None:
 
 
 def _check_modes(cfg: TrainConfig) -> list[str]:
-    """The SFT section and the precision, optimizer and sync knobs (docs/train.md); returns warnings."""
+    """The SFT section and the precision, optimizer and sync knobs (docs/train-modes.md, docs/train-algorithms.md,
+    docs/train-async.md); returns warnings."""
     from rlvr.errors import ConfigError
 
     t, r, sft = cfg.train, cfg.rollout, cfg.sft
