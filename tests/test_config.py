@@ -223,14 +223,14 @@ def test_what_the_mixture_form_cannot_say_in_rlvr_is_one_line_with_rlvrs_form(tm
 
 
 def test_the_teacher_example_in_docs_shows_the_defaults():
-    """docs/train.md's teacher / train.distill example: every value the default, except the two
+    """docs/train-modes.md's teacher / train.distill example: every value the default, except the two
     that turn distillation on."""
     import dataclasses
     import re
 
     import yaml
 
-    with open(os.path.join(REPO, "docs", "train.md")) as fh:
+    with open(os.path.join(REPO, "docs", "train-modes.md")) as fh:
         doc = fh.read()
     section = doc[doc.index("## Distillation from a teacher"):]
     example = yaml.safe_load(re.search(r"```yaml\n(.*?)```", section, re.S).group(1))

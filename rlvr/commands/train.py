@@ -41,7 +41,7 @@ HELP = with_examples(
     MLFLOW_TRACKING_URI, else results/mlruns); a tracker that is missing or fails costs one
     warning, never the run. The eval section validates on rlvr-eval benchmarks while
     training, on the rollout engines: val/<benchmark>/<metric> in the trace, completions in
-    RUN_DIR/val/step_<N>/ (docs/train.md).
+    RUN_DIR/val/step_<N>/ (docs/train-modes.md).
 
     Ray, as Ray's own ray.init() does: --ray-address (ray.address), else RAY_ADDRESS (as
     `ray job submit` sets it), joins that cluster; else rlvr-train joins the cluster that
@@ -49,7 +49,7 @@ HELP = with_examples(
     any running node's), saying so on stderr and in run.json; else it starts a Ray of its
     own. --ray-address local (or RAY_ADDRESS=local) always starts its own. On a cluster whose
     nodes share no filesystem, each node loads an s3:// model into its own cache and the
-    trainer stays on the node holding the run folder (docs/train.md). --ray-temp-dir
+    trainer stays on the node holding the run folder (docs/train-layouts.md). --ray-temp-dir
     (ray.temp_dir) moves Ray's temporary files, e.g. off a small root filesystem onto NVMe:
     a Ray rlvr-train starts puts them there, and a joined cluster keeps its own (`ray start
     --head --temp-dir /nvme/ray`; a warning says when that is another folder).

@@ -234,7 +234,8 @@ def check_eval(cfg: TrainConfig) -> None:
 
 
 def _check_modes(cfg: TrainConfig) -> list[str]:
-    """The SFT section and the precision, optimizer and sync knobs (docs/train.md); returns warnings."""
+    """The SFT section and the precision, optimizer and sync knobs (docs/train-modes.md, docs/train-algorithms.md,
+    docs/train-async.md); returns warnings."""
     from rlvr.errors import ConfigError
 
     t, r, sft = cfg.train, cfg.rollout, cfg.sft

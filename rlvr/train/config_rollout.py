@@ -145,7 +145,7 @@ class SyncConfig:
     mode: str = "between_rounds"
     """between_rounds: new weights reach an engine between two generate calls (runs are reproducible bit for bit);
     in_flight: while requests run, which go on with the new weights, and a round's prompts join the running batch
-    at once (where an update lands depends on timing; every token records its version). docs/train.md."""
+    at once (where an update lands depends on timing; every token records its version). docs/train-async.md."""
     in_flight_kv: str = "recompute"
     """in_flight: the running requests' keys and values at an update: recompute (with the new weights, so every later
     token is sampled exactly by the new policy) or keep (as the old weights made them: no recomputation, PipelineRL's)."""
@@ -193,7 +193,7 @@ class EvalConfig:
 
 @dataclass
 class TeacherConfig:
-    """The teacher of train.distill (rlvr/train/distill.py; docs/train.md): a frozen model on engines of its own,
+    """The teacher of train.distill (rlvr/train/distill.py; docs/train-modes.md): a frozen model on engines of its own,
     or the policy itself with a privileged prompt (on-policy self-distillation)."""
 
     model: str | None = None

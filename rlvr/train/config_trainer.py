@@ -36,7 +36,7 @@ class LossConfig:
 @dataclass
 class DistillConfig:
     """Distillation to a teacher's top-k log-probs (the `teacher` section names the teacher): rlvr-train's
-    `train.distill` (rlvr/train/distill.py builds the batch, rlvr/losses.py computes the loss; docs/train.md)."""
+    `train.distill` (rlvr/train/distill.py builds the batch, rlvr/losses.py computes the loss; docs/train-modes.md)."""
     weight: float = 0.0
     """loss/total = loss/rl + weight x loss/distill; 0 = off (their alpha_gkd)."""
     only: bool = False
@@ -80,7 +80,7 @@ class TrainerConfig:
     (divides by G); at G = 8 the unbiased advantages are sqrt(7/8) of the population ones, about 6.5% smaller."""
     loss: LossConfig = field(default_factory=LossConfig)
     """The loss (rlvr/grpo.py): loss_type, clip_low, clip_high, beta, tis_cap, max_tokens."""
-    # -- updates per batch and memory (docs/train.md) --
+    # -- updates per batch (docs/train-algorithms.md) and memory (docs/train-async.md) --
     mini_batches: int = 1
     """Optimizer steps per rollout batch: the batch is split into this many mini-batches (PPO); > 1 lets the clip act."""
     epochs: int = 1
@@ -163,7 +163,7 @@ class DapoConfig:
 @dataclass
 class SftConfig:
     """Supervised fine-tuning beside the RL loss, or alone (`only`): rlvr-train's `sft` section
-    (rlvr.train.sft reads the records, rlvr.losses computes the loss; docs/train.md)."""
+    (rlvr.train.sft reads the records, rlvr.losses computes the loss; docs/train-modes.md)."""
 
     data: str | None = None
     """JSONL of {prompt, completion} records (rlvr-select writes them), a local file or s3://; null = off."""
