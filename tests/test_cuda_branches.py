@@ -32,11 +32,11 @@ BRANCHES = [
     ("rlvr/train/packing.py", "varlen_attention",
      "bf16/fp16 tensors on CUDA: torch's varlen_attn (FlashAttention), causal window (-1, 0), enable_gqa",
      "tests/test_packing.py::test_packed_attention_on_cuda_is_causal_within_each_segment"),
-    ("rlvr/train/trainer.py", "resolve_device", "device auto: cuda when torch.cuda.is_available()",
+    ("rlvr/train/trainer_model.py", "resolve_device", "device auto: cuda when torch.cuda.is_available()",
      "tests/test_cuda_branches.py::test_trainer_device_and_dtype_follow_cuda"),
-    ("rlvr/train/trainer.py", "resolve_dtype", "dtype auto: bfloat16 on cuda, float32 elsewhere",
+    ("rlvr/train/trainer_model.py", "resolve_dtype", "dtype auto: bfloat16 on cuda, float32 elsewhere",
      "tests/test_cuda_branches.py::test_trainer_device_and_dtype_follow_cuda"),
-    ("rlvr/train/trainer.py", "synchronize", "waits for the device's current CUDA stream (no-op on the CPU)",
+    ("rlvr/train/trainer_model.py", "synchronize", "waits for the device's current CUDA stream (no-op on the CPU)",
      "tests/test_cuda_branches.py::test_trainer_clock_waits_for_the_cuda_stream"),
     ("rlvr/train/trainer.py", "PolicyTrainer.__init__", "an FSDP rank on cuda takes cuda:<current device>",
      "tests/test_cuda_branches.py::test_fsdp_trainer_rank_moves_to_its_current_cuda_device"),
@@ -44,7 +44,7 @@ BRANCHES = [
      "tests/test_cuda_branches.py::test_engine_actor_reports_cuda_for_a_cuda_vllm_build"),
     ("rlvr/train/actors.py", "TrainerActor.setup", "several CUDA ranks: set_device(0), then an NCCL group",
      "tests/test_cuda_branches.py::test_cuda_trainer_ranks_join_an_nccl_group_on_their_own_gpu"),
-    ("rlvr/train/weight_sync.py", "<module>", "METHODS names nccl",
+    ("rlvr/train/config_rollout.py", "<module>", "SYNC_METHODS names nccl",
      "tests/test_train_weight_sync.py::test_auto_picks_nccl_only_for_cuda_vllm_engines_and_a_cuda_trainer"),
     ("rlvr/train/weight_sync.py", "choose", "auto is nccl for vLLM engines and trainer on CUDA, no GPU shared",
      "tests/test_train_weight_sync.py::test_auto_picks_nccl_only_for_cuda_vllm_engines_and_a_cuda_trainer"),
@@ -204,17 +204,16 @@ def test_trainer_device_and_dtype_follow_cuda(monkeypatch):
 
 def test_trainer_clock_waits_for_the_cuda_stream(monkeypatch):
     """Timing a phase on a GPU waits for the kernels queued on the device's current stream."""
-    from rlvr.train.trainer import PolicyTrainer, synchronize
+    from rlvr.train.trainer import synchronize
+    from rlvr.train.trainer_step import clock
 
     rec = CudaRecorder().install(monkeypatch)
     synchronize("cpu")
     assert rec.events == []
     synchronize("cuda:0")
     assert rec.events == ["Stream", "stream.synchronize"]
-    t = PolicyTrainer.__new__(PolicyTrainer)
-    t.device = "cuda"
     before = len(rec.events)
-    assert t._clock() > 0 and rec.events[before:] == ["Stream", "stream.synchronize"]
+    assert clock("cuda") > 0 and rec.events[before:] == ["Stream", "stream.synchronize"]
 
 
 class _Moved(Exception):
