@@ -10,6 +10,10 @@ never sent (faults/dropped_prompts), and a request the engine refuses fails that
 their status. With a broadcast sync the other engines first finish their queued calls
 (`drain`), so that the weight-transfer group is rebuilt once, with every engine replaced.
 The weight syncs themselves are rlvr.train.engine_sync's.
+
+sync.mode in_flight (rlvr.train.inflight) is how these engines take weights, so the fleet holds
+it: each engine takes several calls at once (its running batch), a generate call waits on the
+engine for the version sent last, and rollout.max_num_seqs defaults to one round per engine.
 """
 
 from __future__ import annotations
