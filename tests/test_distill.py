@@ -14,7 +14,8 @@ import torch
 from rlvr.config_loader import load_config
 from rlvr.errors import ConfigError
 from rlvr.losses import EXTRA_LOSSES, distill_loss
-from rlvr.train.config import TrainConfig, TrainerConfig, check
+from rlvr.train.config import TrainConfig, TrainerConfig
+from rlvr.train.modes import check_config as check   # the whole config: its sections and every mode's
 from rlvr.train.distill import feedback, render, template_fields
 from rlvr.train.extras import ExtraBatch
 from rlvr.train.trainer import Batch, PolicyTrainer
@@ -346,7 +347,7 @@ def test_the_teachers_scores_are_gathered_together_and_kept_in_order(monkeypatch
     import ray
 
     from rlvr.engines.base import TopK
-    from rlvr.train.distill import Distiller
+    from rlvr.train.teacher import Teacher
 
     events, restarted = [], []
 
@@ -376,7 +377,7 @@ def test_the_teachers_scores_are_gathered_together_and_kept_in_order(monkeypatch
 
     monkeypatch.setattr(ray, "wait", wait)
     monkeypatch.setattr(ray, "get", get)
-    d = Distiller.__new__(Distiller)
+    d = Teacher.__new__(Teacher)
     d.self_teacher, d.open = False, {}
     d.cfg = SimpleNamespace(sync=SimpleNamespace(generate_timeout_s=30.0))
     d.te = SimpleNamespace(top_k=1)

@@ -95,14 +95,14 @@ import json, os, sys
 import ray
 from rlvr.config_loader import load_config
 from rlvr.train.config import TrainConfig
-from rlvr.train.loop import Run
+from rlvr.train.cluster import Cluster
 
 out = {}
 for name, sets in (("local", ["ray.address=local", "ray.num_cpus=1"]),
                    ("other_temp", ["ray.address=" + sys.argv[2], "ray.temp_dir=" + sys.argv[3]])):
-    run = Run(load_config(TrainConfig, sys.argv[1], sets), os.path.join(sys.argv[4], name), ["x"], "", False)
-    run._ray_init()
-    out[name] = run.ray_info
+    cluster = Cluster(load_config(TrainConfig, sys.argv[1], sets), os.path.join(sys.argv[4], name), "")
+    cluster.init()
+    out[name] = cluster.info
     ray.shutdown()
 print(json.dumps(out))
 """

@@ -185,16 +185,15 @@ def test_train_log_copies_the_process_stderr(tmp_path):
 def test_ray_temp_dir_reaches_ray_init(tmp_path, monkeypatch):
     import ray
 
-    from rlvr.train.loop import Run
-
     from rlvr.train import ray_cluster
+    from rlvr.train.cluster import Cluster
 
     seen = []
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda **kw: seen.append(kw))
     monkeypatch.setattr(ray_cluster, "_cmdlines", lambda: [])  # no `ray start` cluster on this machine
     cfg = load_config(TrainConfig, TINY, [f"ray.temp_dir={tmp_path}/ray"])
-    Run(cfg, str(tmp_path / "run"), ["rlvr-train"], "", False)._ray_init()
+    Cluster(cfg, str(tmp_path / "run"), "").init()
     assert seen[-1]["_temp_dir"] == f"{tmp_path}/ray" and os.path.isdir(f"{tmp_path}/ray")
     assert seen[-1]["address"] == "local"  # its own Ray (tests/test_ray_cluster.py joins a `ray start` one)
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")  # as `ray job submit` sets it: join that cluster
@@ -202,18 +201,18 @@ def test_ray_temp_dir_reaches_ray_init(tmp_path, monkeypatch):
     monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
     monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
     monkeypatch.delenv("RAY_AUTH_TOKEN_PATH", raising=False)
-    Run(cfg, str(tmp_path / "run"), ["rlvr-train"], "", False)._ray_init()
+    Cluster(cfg, str(tmp_path / "run"), "").init()
     assert seen[-1]["address"] == "10.0.0.1:6379" and "num_cpus" not in seen[-1] and "_temp_dir" not in seen[-1]
     assert "RAY_AUTH_MODE" not in os.environ
     # the token `ray start` wrote (Ray's default token authentication): joined in token mode
     os.makedirs(tmp_path / ".ray")
     (tmp_path / ".ray" / "auth_token").write_text("0" * 64)
-    Run(cfg, str(tmp_path / "run"), ["rlvr-train"], "", False)._ray_init()
+    Cluster(cfg, str(tmp_path / "run"), "").init()
     assert os.environ["RAY_AUTH_MODE"] == "token"
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # an explicit mode is left alone
-    Run(cfg, str(tmp_path / "run"), ["rlvr-train"], "", False)._ray_init()
+    Cluster(cfg, str(tmp_path / "run"), "").init()
     assert os.environ["RAY_AUTH_MODE"] == "disabled"
     monkeypatch.delenv("RAY_ADDRESS")
     cfg.ray.address = "auto"  # no `ray start` cluster found: Ray's own search (and its folder)
-    Run(cfg, str(tmp_path / "run"), ["rlvr-train"], "", False)._ray_init()
+    Cluster(cfg, str(tmp_path / "run"), "").init()
     assert "_temp_dir" not in seen[-1] and seen[-1]["address"] == "auto"

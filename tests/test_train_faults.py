@@ -123,7 +123,8 @@ def test_a_group_rebuild_drains_validation_and_teacher_calls_too(monkeypatch):
 
     import ray
 
-    from rlvr.train.loop import Chunk, Run
+    from rlvr.train.fleet import EngineFleet
+    from rlvr.train.prompts import Chunk
 
     engines, retired = [object() for _ in range(3)], object()
     waited, late = [], []
@@ -133,20 +134,19 @@ def test_a_group_rebuild_drains_validation_and_teacher_calls_too(monkeypatch):
         return [r for r in refs if r not in late], [r for r in refs if r in late]
 
     monkeypatch.setattr(ray, "wait", wait)
-    run = SimpleNamespace(
+    # the modes' calls: a validation's and a policy teacher's (rlvr.train.modes.Modes.outstanding)
+    fleet = SimpleNamespace(
         engines=engines, cfg=SimpleNamespace(sync=SimpleNamespace(generate_timeout_s=30.0)),
         outstanding={Chunk(0, "rollout-0", [], 0.0, engines[0]), Chunk(1, "rollout-1", [], 0.0, engines[1])},
-        validation=SimpleNamespace(outstanding=lambda: [("val-2", engines[2]), ("val-0", engines[0]),
-                                                        ("val-old", retired)]),
-        distill=SimpleNamespace(outstanding=lambda: [("score-1", engines[1])]))
+        others=lambda: [("val-2", engines[2]), ("val-0", engines[0]), ("val-old", retired), ("score-1", engines[1])])
     # engine 0 restarts: its own calls and those of a retired actor are not waited for
-    assert Run._drain(run, {0}) == set()
+    assert EngineFleet.drain(fleet, {0}) == set()
     assert waited == [["rollout-1", "score-1", "val-2"]]
     late.append("val-2")
-    assert Run._drain(run, {1}) == {2}          # engine 2 did not finish: hung as well
-    assert Run._drain(run, {1, 2}) == set() and waited[-1] == ["rollout-0", "val-0"]
-    run.validation = run.distill = None
-    Run._drain(run, {1})
+    assert EngineFleet.drain(fleet, {1}) == {2}          # engine 2 did not finish: hung as well
+    assert EngineFleet.drain(fleet, {1, 2}) == set() and waited[-1] == ["rollout-0", "val-0"]
+    fleet.others = list   # no mode with calls on the engines
+    EngineFleet.drain(fleet, {1})
     assert waited[-1] == ["rollout-0"]
 
 
@@ -158,8 +158,9 @@ def test_engines_hung_at_once_are_restarted_together_and_the_group_rebuilt_once(
     import ray
 
     from rlvr.train import actors
-    from rlvr.train.loop import Chunk, Run
+    from rlvr.train.fleet import EngineFleet
     from rlvr.train.metrics import Faults
+    from rlvr.train.prompts import Chunk
 
     class Actor:
         node = SimpleNamespace(remote=lambda: "node")
@@ -174,22 +175,22 @@ def test_engines_hung_at_once_are_restarted_together_and_the_group_rebuilt_once(
     monkeypatch.setattr(ray, "wait", wait)
     monkeypatch.setattr(actors, "retire", lambda a, where: retired.append(a))
     old = [Actor() for _ in range(4)]
-    run = Run.__new__(Run)
-    run.engines, run.where, run.pending_syncs, run.last_done = list(old), {}, {}, {}
-    run.cfg = SimpleNamespace(sync=SimpleNamespace(generate_timeout_s=30.0, timeout_s=60.0))
-    run.faults, run.validation, run.distill = Faults(), None, None
-    run.synced_version, run.trained_version = 3, 4
-    run.outstanding = {Chunk(e, f"r{e}", [], 0.0, old[e]) for e in range(4)}
-    run._new_engine = lambda base: Actor()
-    run.base = "base"
-    run._startup = lambda refs, what, labels: [{"node": "n"} for _ in refs]
-    run.weight_sync = SimpleNamespace(blocking=True,
-                                      restore=lambda es, version, timeout_s: restored.append((list(es), version)))
-    Run._restart_engine(run, 0, "gave no answer in 30s")
+    fleet = EngineFleet.__new__(EngineFleet)
+    fleet.engines, fleet.where, fleet.pending_syncs, fleet.last_done = list(old), {}, {}, {}
+    fleet.cfg = SimpleNamespace(sync=SimpleNamespace(generate_timeout_s=30.0, timeout_s=60.0))
+    fleet.faults, fleet.others = Faults(), list
+    fleet.synced_version, fleet.trainers = 3, SimpleNamespace(version=4)
+    fleet.outstanding = {Chunk(e, f"r{e}", [], 0.0, old[e]) for e in range(4)}
+    fleet.new_engine = lambda base: Actor()
+    fleet.base = "base"
+    fleet.cluster = SimpleNamespace(startup=lambda refs, what, labels: [{"node": "n"} for _ in refs])
+    fleet.weight_sync = SimpleNamespace(blocking=True,
+                                        restore=lambda es, version, timeout_s: restored.append((list(es), version)))
+    EngineFleet.restart_engine(fleet, 0, "gave no answer in 30s")
     assert restored == [([0, 1, 3], 4)]                  # one rebuild, every hung engine in it
-    assert retired == [old[0], old[1], old[3]] and run.engines[2] is old[2]
-    assert all(run.engines[e] is not old[e] for e in (0, 1, 3))
-    assert run.faults["engine_restarts"] == 3 and set(run.last_done) == {0, 1, 3}
+    assert retired == [old[0], old[1], old[3]] and fleet.engines[2] is old[2]
+    assert all(fleet.engines[e] is not old[e] for e in (0, 1, 3))
+    assert fleet.faults["engine_restarts"] == 3 and set(fleet.last_done) == {0, 1, 3}
     assert waited == [["r1", "r2", "r3"], ["r2"]]       # engine 2 is waited for again, the new ones never
 
 
@@ -200,7 +201,7 @@ def test_two_engines_hung_at_once_are_both_restarted(ray_session, base_model, tm
     import signal
 
     from rlvr.train import weight_sync
-    from rlvr.train.loop import Run
+    from rlvr.train.fleet import EngineFleet
 
     cfg = cfg_for(base_model, "train.steps=2", "checkpoint.every=0", "sync.generate_timeout_s=6",
                   "rollout.num_engines=2", *SMALL)
@@ -212,7 +213,7 @@ def test_two_engines_hung_at_once_are_both_restarted(ray_session, base_model, tm
         return restore(self, engines, version, timeout_s)
 
     monkeypatch.setattr(weight_sync.ObjectStoreSync, "restore", recorded)
-    submit, stopped = Run._submit, []
+    submit, stopped = EngineFleet.submit, []
 
     def freeze_then_submit(self, e, items):
         # once the first step is done, both engines stop answering before any of step 2's prompts reach them
@@ -222,7 +223,7 @@ def test_two_engines_hung_at_once_are_both_restarted(ray_session, base_model, tm
                 stopped.append(where["pid"])
         return submit(self, e, items)
 
-    monkeypatch.setattr(Run, "_submit", freeze_then_submit)
+    monkeypatch.setattr(EngineFleet, "submit", freeze_then_submit)
     try:
         run(cfg, tmp_path)
     finally:

@@ -155,4 +155,4 @@ def test_max_num_seqs_reaches_vllm_engines_only_and_in_flight_defaults_to_one_ro
                                 ("vllm", ["sync.mode=in_flight", "rollout.num_engines=3"], {"max_num_seqs": 6 * 8}),
                                 ("vllm", ["sync.mode=in_flight", "rollout.max_num_seqs=512"], {"max_num_seqs": 512})):
         cfg = load_config(TrainConfig, TINY, [*sets, f"rollout.engine={engine}"])
-        assert Run(cfg, str(tmp_path), [], "", False)._engine_options().get("extra") == extra, sets
+        assert Run(cfg, str(tmp_path), [], "", False).fleet.options().get("extra") == extra, sets

@@ -380,7 +380,7 @@ def test_a_refused_or_failed_sync_member_fails_at_once_naming_it(logical_gpus, t
     # driver does not wait it out, and a group that cannot form names the member and its cause
     import time
 
-    from rlvr.train.loop import Run
+    from rlvr.train.engine_sync import EngineSync
     from rlvr.train.weight_sync import wait_all
 
     ray = logical_gpus
@@ -393,12 +393,12 @@ def test_a_refused_or_failed_sync_member_fails_at_once_naming_it(logical_gpus, t
     def hang():
         time.sleep(600)
 
-    run = Run(load_config(TrainConfig, TINY, []), str(tmp_path / "run"), ["rlvr-train"], "", False)
-    run.weight_sync = type("Broadcast", (), {"blocking": True, "check": lambda self, r: len(r)})()
+    broadcast = type("Broadcast", (), {"blocking": True, "check": lambda self, r: len(r)})()
+    syncs = EngineSync(load_config(TrainConfig, TINY, []), None, None, broadcast)
     slow = hang.remote()
     t0 = time.monotonic()
     with pytest.raises(Failure, match=r"engine 1 refused \(RuntimeError: weights of the wrong shape\) the broadcast"):
-        run._await_sync({0: ray.put({"checksum": 1}), 1: refuse.remote(), "trainer-0": slow}, version=3, limit=600)
+        syncs.wait({0: ray.put({"checksum": 1}), 1: refuse.remote(), "trainer-0": slow}, version=3, limit=600)
     with pytest.raises(Failure, match=r"could not be formed: engine 0 failed \(RuntimeError: weights of the wrong"):
         wait_all({"trainer rank 0": slow, "engine 0": refuse.remote()}, 600,
                  "the weight-transfer group (nccl) could not be formed")
@@ -425,9 +425,10 @@ def test_engine_requests_carry_seeds_when_seeded_and_chat_prompts_their_end_of_t
     items = [({"id": "a", "prompt": "2+2="}, 0, [5, 6], []),
              ({"id": "b", "prompt": [{"role": "user", "content": "2+2?"}]}, 0, [7, 8], [])]
     for seeded in (True, False):
-        run = Run(load_config(TrainConfig, TINY, [f"rollout.seeded={str(seeded).lower()}"]), str(tmp_path), [], "", False)
-        run.engines, run.end_of_turn = [Engine()], [99]
-        run._submit(0, items)
+        fleet = Run(load_config(TrainConfig, TINY, [f"rollout.seeded={str(seeded).lower()}"]), str(tmp_path), [], "",
+                    False).fleet
+        fleet.engines, fleet.end_of_turn = [Engine()], [99]
+        fleet.submit(0, items)
         _, _, seeds, _, stop_ids, min_version, lengths = sent[-1]
         assert min_version is None and lengths is None    # between_rounds: no version to wait for; one length
         assert (seeds is not None) == seeded and stop_ids == [[], [99]]

@@ -118,6 +118,7 @@ def cmd(config, sets, resume_dir, run_dir, ray_address, ray_temp_dir, trackers, 
     from rlvr.runs import new_run_dir
     from rlvr.train.ablate import command as grid
     from rlvr.train.config import resolve
+    from rlvr.train.modes import check as check_modes
 
     grid_sets = [*sets, f"log.trackers=[{','.join(dict.fromkeys(trackers))}]"] if trackers else list(sets)
     if not plan and grid(config or default_config_path(), grid_sets, list(ablate), seeds, run_dir, resume_dir,
@@ -133,6 +134,7 @@ def cmd(config, sets, resume_dir, run_dir, ray_address, ray_temp_dir, trackers, 
     elif config is None:
         config = default_config_path()
     cfg, warnings, text = resolve(config, list(sets), ray_address, ray_temp_dir, trackers=list(trackers))
+    warnings += check_modes(cfg)   # each training mode's own section (rlvr.train.modes)
     if not plan and (gpus is not None or gpu_mem_gib is not None or cpus is not None):
         raise ConfigError("--gpus, --gpu-mem-gib and --cpus go with --plan")
     if plan:

@@ -122,7 +122,8 @@ class Grid:
     def create(cls, parent: str, config_path: str, sets: list[str], ablate: list[str], seeds: int) -> "Grid":
         """A new grid in `parent`, or the one already there when it is the same grid."""
         from rlvr.config_loader import load_config, to_dict, to_yaml
-        from rlvr.train.config import TrainConfig, check
+        from rlvr.train.config import TrainConfig
+        from rlvr.train.modes import check_config as check
 
         if seeds < 1:
             raise ConfigError(f"--seeds: expected at least 1, got {seeds}")
@@ -200,8 +201,10 @@ def run_grid(grid: Grid, argv: list[str], log, ray_address: str | None = None, r
     """Run the grid's unfinished runs in order; returns {run name: status}. Raises Failure when
     some failed (after trying all of them)."""
     from rlvr.messages import StderrCopy
+    from rlvr.train.cluster import Cluster
     from rlvr.train.config import resolve
-    from rlvr.train.loop import Run, train
+    from rlvr.train.loop import train
+    from rlvr.train.modes import check as check_modes
 
     base = os.path.join(grid.parent, "config.yaml")
     grid.save()
@@ -213,10 +216,11 @@ def run_grid(grid: Grid, argv: list[str], log, ray_address: str | None = None, r
     for i, r in enumerate(todo, 1):
         run_dir = grid.run_dir(r)
         cfg, warnings, text = resolve(base, r["sets"], ray_address, ray_temp_dir)
+        warnings += check_modes(cfg)
         if not started_ray:
             # One Ray for the whole grid, started before any run's train.log takes stderr over
             # (Ray's own processes keep the terminal's stderr).
-            Run(cfg, run_dir, argv, "", False)._ray_init()
+            Cluster(cfg, run_dir, "").init()
             started_ray = True
         resume = os.path.exists(os.path.join(run_dir, "config.yaml"))
         log(f"ablation run {i}/{len(todo)}: {r['name']}" + (" (resumed)" if resume else ""))

@@ -272,9 +272,8 @@ def _check_modes(cfg: TrainConfig) -> list[str]:
                 or (sft.epochs or 1) < 1:
             raise ConfigError("sft.weight must be > 0, sft.micro_batch_size >= 1, sft.batch_size, sft.max_tokens "
                               "and sft.epochs >= 1 (or null)")
-    from rlvr.train.distill import check_config as check_distill
-
-    warnings = check_distill(cfg)
+    # each training mode's own section is checked by rlvr.train.modes.check (check_config: the whole config)
+    warnings: list[str] = []
     if sft.only and t.loss.beta > 0:
         warnings.append("train.loss.beta is the RL loss's KL weight: with sft.only it has no effect, and the trainer "
                         "still holds a reference model (set it to 0)")

@@ -11,9 +11,8 @@ Those arrays go to the trainer in the step's batch, where the policy's log-probs
 ids are taken by the same kind of forward pass as the RL loss's.
 
 Teachers:
-- a model (`teacher.model: PATH`): frozen, on teacher engines of its own (the rollout engines'
-  actor, rlvr.train.actors.EngineActor, with its own model; vLLM or transformers), never
-  synced. GKD alone (`train.distill.only`) and GRPO+GKD.
+- a model (`teacher.model: PATH`): frozen, on teacher engines of its own (rlvr.train.teacher:
+  the rollout engines' actor with its own model; vLLM or transformers), never synced. GKD alone (`train.distill.only`) and GRPO+GKD.
 - the policy itself (`teacher.model: policy`): on-policy self-distillation (OPSD). The teacher
   is the current policy with a privileged prompt (`teacher.template`, e.g. the answer or the
   failed constraints shown). It scores on the rollout engines, which hold the policy's
@@ -40,8 +39,9 @@ import time
 from rlvr.errors import ConfigError, Failure
 from rlvr.messages import say
 from rlvr.train.extras import ExtraBatch
+from rlvr.train.modes import Mode
+from rlvr.train.teacher import POLICY, Teacher
 
-POLICY = "policy"
 FIELDS = ("prompt", "question", "answer", "feedback")
 ENGINES = ("vllm", "hf")
 
@@ -207,12 +207,12 @@ def _no_text(name: str, rec: dict) -> ConfigError:
                        f"{rec.get('dataset')}) has no text for")
 
 
-# -- the teacher ---------------------------------------------------------------------------
+# -- the distillation batch ------------------------------------------------------------------
 
 class Distiller:
-    """The run's teacher and each step's distillation batch (see the module). Built before Ray
-    starts (templates are checked against every prompt record), started once the rollout
-    engines are up."""
+    """The run's teacher (its tokenizer and templates; its engines are rlvr.train.teacher's) and
+    each step's distillation batch (see the module). Built before Ray starts (templates are
+    checked against every prompt record); the engines start once the rollout engines are up."""
 
     def __init__(self, cfg, tokenizer, stream, log=say, vocab: int | None = None):
         self.cfg = cfg
@@ -223,18 +223,14 @@ class Distiller:
         self.tokenizer = tokenizer              # the student's
         self.teacher_tokenizer = tokenizer
         self.model = None                       # a separate teacher (rlvr.models.ResolvedModel)
-        self.actors: list = []                  # its engine actors
-        self.where: dict[int, dict] = {}        # id(actor) -> its placement at start (rlvr.train.actors.retire)
-        self.max_len = None                     # the teacher's context (prompt + completion)
         self.metrics: dict = {}                 # the last step's, for the trace
-        self.open: dict = {}                    # scoring calls not yet collected: ref -> engine actor
         self.shown: dict[int, str] = {}         # id(group) -> the teacher prompt of its sample 0, last step
-        self.restarts = 0
         self.fields = template_fields(self.te.template) if self.te.template is not None else set()
         if self.te.top_k > len(tokenizer):
             raise ConfigError(f"teacher.top_k {self.te.top_k} is larger than the vocabulary ({len(tokenizer)} tokens)")
         if not self.self_teacher:
             self._load_teacher()
+        self.teacher = Teacher(cfg, self.model, log)   # its engines, started once the rollout engines are up
         needed = self.fields & {"question", "answer", "prompt"}
         for recs in (stream.by_name.values() if stream is not None and needed else ()):
             for rec in recs:
@@ -261,74 +257,6 @@ class Distiller:
             why = "teacher.chat" if self.te.chat else "data.chat (the teacher gets the student's chat prompts)"
             raise ConfigError(f"{why}: the tokenizer of {self.te.model} has no chat template")
 
-    # -- engines -------------------------------------------------------------------------
-
-    def engine_options(self, run) -> dict:
-        te = self.te
-        opts = run._engine_options()
-        opts.pop("extra", None)   # the rollout engines' own (their in-flight batch size)
-        dtype = te.dtype
-        if dtype == "auto":
-            dtype = opts["dtype"]
-        opts.update(dtype=dtype, max_model_len=te.max_model_len or self.cfg.rollout.max_model_len,
-                    gpu_memory_utilization=te.gpu_memory_utilization, tensor_parallel_size=te.tensor_parallel_size,
-                    max_logprobs=max(20, te.top_k))
-        return opts
-
-    def _new_actor(self, run, n: int):
-        import os
-
-        import ray
-
-        from rlvr.train.actors import EngineActor
-
-        te = self.te
-        res: dict = {"num_cpus": te.engine_num_cpus}
-        if run._has_gpus():
-            res["num_gpus"] = te.engine_num_gpus * te.tensor_parallel_size
-        if te.engine_resources:
-            res["resources"] = dict(te.engine_resources)
-        name = f"rlvr-teacher-{n}-{os.getpid()}-{id(run):x}"
-        return ray.remote(max_restarts=0, max_concurrency=1, **res)(EngineActor).options(name=name).remote(
-            self.model, te.engine or self.cfg.rollout.engine, self.engine_options(run), run._env())
-
-    def start(self, run) -> None:
-        """Start the teacher engines (a separate teacher), or take the rollout engines' context
-        (the policy); run.json names the teacher."""
-        import ray
-
-        from rlvr.runs import update_manifest
-
-        if self.self_teacher:
-            self.max_len = run.engine_len          # the rollout engines' context
-            update_manifest(run.run_dir, teacher={"model": POLICY, "engines": "the rollout engines"})
-            return
-        t0 = time.monotonic()
-        self.actors = [self._new_actor(run, i) for i in range(self.te.num_engines)]
-        nodes = run._startup([a.node.remote() for a in self.actors], "starting the teacher engines",
-                             [f"teacher engine {e}" for e in range(len(self.actors))])
-        self.where = {id(a): where for a, where in zip(self.actors, nodes)}
-        self.max_len = min(ray.get([a.max_model_len.remote() for a in self.actors]))
-        update_manifest(run.run_dir, teacher={"model": self.model.record(), "engines": nodes})
-        self.log(f"{len(self.actors)} teacher engine(s) on {self.te.model} ready in {time.monotonic() - t0:.1f}s")
-
-    def close(self) -> None:
-        """As the rollout engines end: each closes its engine (vLLM's engine-core process leaves
-        with it), then the actor is killed with whatever processes it left behind."""
-        import ray
-
-        from rlvr.train.actors import retire
-
-        if not self.actors:
-            return
-        try:
-            ray.wait([a.close.remote() for a in self.actors], num_returns=len(self.actors), timeout=30)
-        except Exception:  # noqa: BLE001 - closing is best effort; the kill below is not
-            pass
-        for a in self.actors:
-            retire(a, self.where.pop(id(a), None))
-        self.actors = []
-
     # -- a step ----------------------------------------------------------------------------
 
     def _prompt_ids(self, g, j: int, cache: dict) -> tuple[list[int], str]:
@@ -344,7 +272,7 @@ class Distiller:
                 if self.teacher_tokenizer is self.tokenizer and not self.te.chat:
                     ids = list(g.prompt_ids)                     # the very tokens the student saw
                 elif isinstance(prompt, list) or not self.te.chat:
-                    from rlvr.train.loop import prompt_token_ids
+                    from rlvr.train.prompts import prompt_token_ids
 
                     ids = prompt_token_ids(self.teacher_tokenizer, rec)   # made as the student's were
                 else:
@@ -373,7 +301,7 @@ class Distiller:
                     correct += 1
                     continue
                 ids, text = self._prompt_ids(g, j, cache)
-                if not ids or len(ids) + len(comp) > self.max_len:
+                if not ids or len(ids) + len(comp) > self.teacher.max_len:
                     too_long += 1
                     continue
                 if j == 0:
@@ -384,7 +312,7 @@ class Distiller:
         if not items:
             self.metrics.update({"time/teacher_s": time.monotonic() - t0, "distill/payload_mb": 0.0})
             return None
-        rows, versions = self._score(run, [ids for _, ids, _ in items], [c for _, _, c in items], step)
+        rows, versions = self.teacher._score(run, [ids for _, ids, _ in items], [c for _, _, c in items], step)
         rows = [_within(r, self.vocab) for r in rows]
         payload = {"target_ids": [r[0] for r in rows], "teacher_logprobs": [r[1] for r in rows],
                    "teacher_token_logprobs": [r[2] for r in rows]}
@@ -401,73 +329,6 @@ class Distiller:
             known = [v for v in versions if v is not None]
             self.metrics["distill/teacher_version"] = float(min(known)) if known else float("nan")
         return eb
-
-    def _score(self, run, prompts: list, comps: list, step: int) -> tuple[list, list]:
-        """The teacher's (ids, logprobs, token_logprobs) arrays of every (prompt, completion), in
-        the items' order, and the weight versions that scored them. Engine e takes items e,
-        e + E, ... in one call; a dead or hung engine is restarted and its share sent again."""
-        import ray
-
-        ne = len(run.engines if self.self_teacher else self.actors)
-        shares = {e: list(range(e, len(prompts), ne)) for e in range(min(ne, len(prompts)))}
-        limit = self.cfg.sync.generate_timeout_s
-        rows: list = [None] * len(prompts)
-        versions = []
-        while shares:
-            actors = run.engines if self.self_teacher else self.actors
-            sent = {e: actors[e] for e in shares}
-            refs = {e: sent[e].score.remote([prompts[i] for i in idx], [comps[i] for i in idx], self.te.top_k)
-                    for e, idx in shares.items()}
-            self.open = {ref: sent[e] for e, ref in refs.items()}
-            # every engine's call is out: wait for them together, within one limit
-            done, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=limit)
-            done = set(done)
-            failed = {}
-            for e, ref in refs.items():
-                if ref not in done:
-                    failed[e] = f"gave no scores in {limit:.0f}s"
-                    continue
-                try:
-                    topk = ray.get(ref)
-                except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as ex:
-                    failed[e] = f"failed ({type(ex).__name__})"
-                    continue
-                except ray.exceptions.RayTaskError as ex:
-                    cause = str(ex).strip().splitlines()[-1][:300] if str(ex).strip() else type(ex).__name__
-                    raise Failure(f"step {step + 1}: the teacher could not score: {cause}") from None
-                self.open.pop(ref, None)   # answered (a failed engine's call goes with its restart)
-                versions.append(topk.version)
-                for j, i in enumerate(shares[e]):
-                    rows[i] = topk.rows(j)
-            for e, why in failed.items():
-                if actors[e] is sent[e]:   # else already replaced (a restart found it hung too): resend
-                    self._restart(run, e, why)
-            self.open = {}
-            shares = {e: shares[e] for e in failed}
-        return rows, versions
-
-    def outstanding(self) -> list:
-        """(ref, engine actor) of the policy teacher's scoring calls still queued on the rollout
-        engines (a restart mid-scoring drains them before a broadcast group is rebuilt)."""
-        return list(self.open.items()) if self.self_teacher else []
-
-    def _restart(self, run, e: int, why: str) -> None:
-        if self.self_teacher:
-            run._restart_engine(e, why)   # the rollout engine, with the current weights
-            return
-        from rlvr.train.actors import retire
-
-        self.log(f"teacher engine {e} {why}: restarting it")
-        run.faults.add("teacher_restarts")
-        self.restarts += 1
-        if self.restarts > 5 * len(self.actors):
-            raise Failure("teacher engines keep failing (more than 5 restarts each): giving up")
-        old = self.actors[e]
-        retire(old, self.where.pop(id(old), None))   # with vLLM's engine-core process, which may hold the GPU
-        self.actors[e] = self._new_actor(run, len(self.actors) + self.restarts)
-        self.where[id(self.actors[e])] = run._startup(self.actors[e].node.remote(), f"restarting teacher engine {e}",
-                                                      [f"teacher engine {e}"])
-
 
 def _within(row: tuple, vocab: int) -> tuple:
     """A completion's teacher rows with ids the policy has no row for (a teacher's larger padded
@@ -487,3 +348,50 @@ def _is_correct(g, j: int, verdicts: list) -> bool:
         return verdicts[j]["status"] == "correct"
     rewards = g.rewards
     return j < len(rewards) and rewards[j] >= 1.0
+
+
+class DistillMode(Mode):
+    """The teacher section and train.distill as a training mode (rlvr.train.modes)."""
+
+    enabled = staticmethod(enabled)
+    check = staticmethod(check_config)
+    keeps_question = staticmethod(uses_question)
+
+    @staticmethod
+    def engine_options(cfg, opts: dict) -> None:
+        if cfg.teacher.model == POLICY:   # the policy as its own teacher scores its top-k on the rollout engines
+            opts["max_logprobs"] = max(20, cfg.teacher.top_k)
+
+    def __init__(self, run):
+        from rlvr.train.sft import vocab_size
+
+        # the teacher's tokenizer and templates are checked before Ray starts
+        self.distiller = Distiller(run.cfg, run.tokenizer, run.stream, say,
+                                   vocab=vocab_size(run.model.path, run.tokenizer))
+
+    def start(self, run) -> None:
+        self.distiller.teacher.start(run)
+
+    def extend(self, run, assembled, groups: list, step: int) -> None:
+        """The teacher's scores of the completions; GKD and OPSD alone (train.distill.only) train
+        on them without the RL loss."""
+        from rlvr.train.trainer import Batch
+
+        eb = self.distiller.batch(run, groups, step)
+        if run.cfg.train.distill.only:
+            assembled.batch = Batch([], [], [], [], [], extras=assembled.batch.extras)
+        if eb is not None:
+            assembled.batch.extras["distill"] = eb
+
+    def metrics(self, metrics: dict) -> None:
+        metrics.update(self.distiller.metrics)
+
+    def sample(self, group, rec: dict) -> None:
+        if id(group) in self.distiller.shown:
+            rec["teacher_prompt"] = self.distiller.shown[id(group)]   # what the teacher saw
+
+    def outstanding(self) -> list:
+        return self.distiller.teacher.outstanding()
+
+    def close(self) -> None:
+        self.distiller.teacher.close()

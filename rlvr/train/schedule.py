@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 class Round:
     index: int
     items: list                     # [(record, epoch)] of the stream
-    chunks: list = field(default_factory=list)   # what the engines were sent (rlvr.train.loop.Chunk)
+    chunks: list = field(default_factory=list)   # what the engines were sent (rlvr.train.prompts.Chunk)
     dropped: list = field(default_factory=list)  # [(record, epoch, prompt tokens)]: too long, never sent
 
 

@@ -29,6 +29,7 @@ from rlvr.errors import ConfigError
 from rlvr.messages import say
 from rlvr.records import RecordError, is_error_record, read_records
 from rlvr.train.extras import ExtraBatch
+from rlvr.train.modes import Mode
 
 
 def _token_id(t, vocab: int | None) -> bool:
@@ -115,7 +116,7 @@ class SftData:
 
     def __init__(self, cfg, tokenizer, rl_prompts: dict[str, dict] | None = None, log=say,
                  vocab: int | None = None):
-        from rlvr.train.loop import prompt_token_ids
+        from rlvr.train.prompts import prompt_token_ids
 
         s = cfg.sft
         self.cfg = s
@@ -192,11 +193,37 @@ class SftData:
                           weight=self.cfg.weight, micro_batch_size=self.cfg.micro_batch_size)
 
 
-def run_only(run, traces, start_step: int, uploader) -> dict:
+class SftMode(Mode):
+    """The `sft` section as a training mode (rlvr.train.modes): each step's SFT batch beside the
+    RL loss, or (sft.only) the SFT baseline alone."""
+
+    @staticmethod
+    def enabled(cfg) -> bool:
+        return bool(cfg.sft.data)
+
+    @staticmethod
+    def alone(cfg) -> bool:
+        return cfg.sft.only
+
+    def __init__(self, run):
+        # read and tokenised before Ray starts
+        self.data = SftData(run.cfg, run.tokenizer, rl_prompts(run.stream),
+                            vocab=vocab_size(run.model.path, run.tokenizer))
+
+    def extend(self, run, assembled, groups: list, step: int) -> None:
+        eb = self.data.batch(step)
+        if eb is not None:
+            assembled.batch.extras["sft"] = eb   # trained beside the RL loss (rlvr.losses)
+
+    def steps(self, run, recorder, start_step: int) -> dict:
+        return run_only(run, self.data, recorder, start_step)
+
+
+def run_only(run, data: SftData, recorder, start_step: int) -> dict:
     """sft.only: the SFT baseline through rlvr-train's trainer, no engines and no rewards. Each
     step is one SFT batch (train.mini_batches optimizer updates); the trace has the trainer's
     metrics (loss/sft, loss/total, grad/norm, lr, sft/sequences, sft/tokens) and the times."""
-    from rlvr.train.trainer import Batch, merge_metrics
+    from rlvr.train.trainer import Batch
 
     cfg = run.cfg
     total, every = cfg.train.steps, cfg.checkpoint.every
@@ -205,32 +232,31 @@ def run_only(run, traces, start_step: int, uploader) -> dict:
     t_start = time.monotonic()
     samples = 0.0
     for step in range(start_step, total):
-        eb = run.sft.batch(step)
+        eb = data.batch(step)
         if eb is None:
             say(f"sft data ended after {step} steps (sft.epochs {cfg.sft.epochs})")
             break
         t0 = time.monotonic()
         batch = Batch([], [], [], [], [], extras={"sft": eb})
-        m = merge_metrics(run._trainer_call([t.step.remote(batch) for t in run.trainers], f"step {step + 1}"))
+        m = run.trainers.step(batch, step)
         for k in ("train/sequences", "train/tokens", "logprob/engine_vs_trainer_abs_diff"):
             m.pop(k, None)  # the RL batch's, empty here
         dt = time.monotonic() - t0
-        version = step + 1
+        version = run.trainers.version = step + 1
         samples += len(eb)
         metrics = {"step": version, "policy_version": version, **m, "time/train_s": dt, "time/step_s": dt,
                    "throughput/tokens_per_s": m.get("sft/tokens", 0.0) / dt if dt > 0 else 0.0,
                    "throughput/samples_per_s": len(eb) / dt if dt > 0 else 0.0,
                    "samples/total": samples, "time/elapsed_s": time.monotonic() - t_start}
-        run._write(traces, metrics, [], version)
-        if uploader is not None:
-            uploader.tick()
+        recorder.write(metrics, [], version)
+        recorder.tick()
         done = version - start_step
         eta = (time.monotonic() - t_start) / done * (total - version)
         say(f"step {version}/{total} loss/sft {m.get('loss/sft', float('nan')):.4f} "
             f"grad/norm {m.get('grad/norm', 0.0):.3f} step {dt:.2f}s ETA {eta:.0f}s")
         last, trained = metrics, version
         if version == total or (every and version % every == 0):
-            run._checkpoint(version, uploader)
+            run.checkpoint(version, recorder.uploader)
     if trained > start_step and trained != total and not (every and trained % every == 0):
-        run._checkpoint(trained, uploader)
+        run.checkpoint(trained, recorder.uploader)
     return last

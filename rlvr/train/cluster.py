@@ -1,0 +1,219 @@
+"""The run's Ray cluster: which one to join (or start), its resources, the plan made against
+it, the trainer ranks' placement group, and start-up supervision (`startup`: every actor's
+first calls, bounded by ray.startup_timeout_s, an actor's error as one line).
+
+    cluster = Cluster(cfg, run_dir, tag)
+    cluster.init()                       # join or start Ray; cluster.info goes to run.json
+    plan = cluster.preflight(base)       # rlvr.train.plan's checks, before any actor exists
+    nodes = cluster.startup([a.node.remote() for a in actors], "starting the engines", labels)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from rlvr.errors import ConfigError, Failure
+from rlvr.messages import say
+
+ENV_KEEP = ("OMP_NUM_THREADS", "VLLM_CPU_KVCACHE_SPACE", "TOKENIZERS_PARALLELISM", "CUDA_DEVICE_ORDER",
+            "HF_HUB_OFFLINE", "VLLM_LOGGING_LEVEL", "PYTHONPATH")
+
+
+def log(msg: str) -> None:
+    say(msg)  # "rlvr-train: msg", named by rlvr.cli.run
+
+
+def asks(res: dict) -> str:
+    """An actor's resources as words: "1 GPU, 2 CPU, 1 node:x"."""
+    parts = [f"{res.get('num_gpus', 0):g} GPU", f"{res.get('num_cpus', 0):g} CPU"]
+    parts += [f"{v:g} {k}" for k, v in (res.get("resources") or {}).items()]
+    return ", ".join(parts)
+
+
+def free() -> str:
+    """The cluster's free GPUs and CPUs, for a message."""
+    import ray
+
+    have = ray.available_resources()
+    return ", ".join(f"{have.get(k, 0):g} {k}" for k in ("GPU", "CPU"))
+
+
+def actor_env() -> dict:
+    """The environment every actor gets from the driver's. CUDA_VISIBLE_DEVICES is not passed on:
+    Ray sets it in each actor to the GPUs it assigned to that actor (copying the driver's would
+    give every actor the same ones)."""
+    env = {k: os.environ[k] for k in ENV_KEEP if k in os.environ}
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return env
+
+
+class Cluster:
+    """Ray for one run: `tag` keeps the names of its actors and groups unique."""
+
+    def __init__(self, cfg, run_dir: str, tag: str):
+        self.cfg, self.run_dir, self.tag = cfg, run_dir, tag
+        self.choice = None                 # rlvr.train.ray_cluster.choose's
+        self.info: dict | None = None      # rlvr.train.ray_cluster.describe's, for run.json
+        self.plan: dict | None = None      # rlvr.train.plan's, made against the live cluster
+        self.groups: list = []             # placement groups to remove at the end
+
+    def address(self) -> str:
+        """The Ray cluster to join, "" for a Ray of our own: ray.address, else RAY_ADDRESS (set
+        by `ray job submit`), else a cluster `ray start` left running on this machine
+        (rlvr.train.ray_cluster; `local` in either asks for a Ray of our own)."""
+        from rlvr.train import ray_cluster
+
+        if self.choice is None:
+            self.choice = ray_cluster.choose(self.cfg.ray.address, self.cfg.ray.temp_dir, os.environ)
+        return self.choice.address or ""
+
+    def prepare(self) -> None:
+        """Before Ray is first imported: the authentication mode of the cluster to join."""
+        from rlvr.train.placement import join_in_token_mode
+
+        if self.address():
+            join_in_token_mode(os.environ)  # Ray reads the mode once, when it is first imported
+
+    def init(self) -> None:
+        from rlvr.train import ray_cluster
+        from rlvr.train.placement import join_in_token_mode, ray_gpu_args
+
+        address = self.address()
+        if address:
+            join_in_token_mode(os.environ)  # takes effect only before Ray is first imported
+        import ray
+
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        if ray.is_initialized():
+            self.info = ray_cluster.describe(None)
+            return
+        if self.choice.line():
+            log(self.choice.line())
+        # Actor logs (vLLM's start-up chatter) reach stderr only with RLVR_DEBUG=1; errors
+        # raised in actors always surface through ray.get.
+        kw: dict = {"include_dashboard": False, "log_to_driver": bool(os.environ.get("RLVR_DEBUG")),
+                    "logging_level": "ERROR"}
+        if address:
+            if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
+                log("CUDA_VISIBLE_DEVICES does not limit a running Ray cluster: start its nodes with it "
+                    "(ray start under CUDA_VISIBLE_DEVICES=...)")
+            ray.init(address=address, **kw)
+            note = ray_cluster.temp_dir_note(self.cfg.ray.temp_dir, ray_cluster.connected()[1])
+            if note:
+                log(note)
+        else:
+            if self.cfg.ray.temp_dir:  # e.g. NVMe when / is small; Ray wants an absolute path
+                os.makedirs(self.cfg.ray.temp_dir, exist_ok=True)
+                kw["_temp_dir"] = os.path.abspath(self.cfg.ray.temp_dir)
+            gpus, note = ray_gpu_args(self.cfg.ray.num_gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
+            if note:
+                log(note)
+            if gpus is not None:
+                kw["num_gpus"] = gpus
+            ray.init(address="local", num_cpus=self.cfg.ray.num_cpus or os.cpu_count(), **kw)
+        self.info = ray_cluster.describe(self.choice)
+
+    @staticmethod
+    def has_gpus() -> bool:
+        import ray
+
+        return ray.cluster_resources().get("GPU", 0) > 0
+
+    def preflight(self, base) -> dict:
+        """rlvr-train --plan's checks against the cluster this run joined or started, before any
+        actor exists (rlvr.train.plan): too many GPUs or CPUs asked, a GPU shared under nccl,
+        a trainer or shared GPU whose memory cannot hold what is planned stop the run here
+        with the arithmetic (exit 2); the plan goes to run.json. A model whose config.json
+        cannot be read (an unusual layout) skips the memory part."""
+        from rlvr.runs import update_manifest
+        from rlvr.train import plan as planning
+
+        cluster = planning.cluster_from_ray(address=self.address() or None)
+        try:
+            raw, _ = planning.read_model_config(base.path)
+            shape = planning.ModelShape.from_config(raw, name=self.cfg.model.path)
+        except Exception as ex:  # noqa: BLE001 - the run itself will say what is wrong with the model
+            log(f"the plan's memory estimates are skipped: {ex}")
+            shape = None
+        p = planning.make_plan(self.cfg, cluster, shape)
+        update_manifest(self.run_dir, plan={k: v for k, v in p.items() if k != "actors"})
+        for note in p["notes"]:
+            log(note)
+        if not p["fits"]:
+            raise ConfigError("the run does not fit its Ray cluster (rlvr-train CONFIG --plan shows the plan): "
+                              + "; ".join(p["problems"]))
+        self.plan = p
+        return p
+
+    def trainer_group(self, world: int, res: dict) -> list:
+        """The trainer ranks' scheduling: one STRICT_PACK placement group (all ranks on one node,
+        so FSDP's collectives stay on its links) where the plan found a node that holds them,
+        else PACK; waited for within ray.startup_timeout_s."""
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        bundle = {"CPU": float(res.get("num_cpus") or 0), "GPU": float(res.get("num_gpus") or 0),
+                  **(res.get("resources") or {})}
+        bundle = {k: v for k, v in bundle.items() if v}
+        together = (self.plan or {}).get("trainers_together", True)
+        pg = placement_group([dict(bundle) for _ in range(world)], strategy="STRICT_PACK" if together else "PACK",
+                             name=f"rlvr-trainers-{self.tag}")
+        self.groups.append(pg)
+        limit = self.cfg.ray.startup_timeout_s
+        ready, _ = ray.wait([pg.ready()], timeout=limit)
+        if not ready:
+            raise Failure(f"the trainer's placement group ({world} x {asks(res)}, "
+                          f"{'STRICT_PACK' if together else 'PACK'}) was not placed within {limit:.0f}s "
+                          f"(ray.startup_timeout_s); free: {free()}")
+        return [PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=r) for r in range(world)]
+
+    def startup(self, refs, what: str, labels: list[str] | None = None):
+        """ray.get for the start-up calls, bounded by ray.startup_timeout_s: an actor that was not
+        placed or not loaded in time ends the run with one line naming it (labels: one per
+        ref), and an error raised in an actor (one of rlvr's, e.g. a model missing on its node,
+        or any other) with one line, not a traceback."""
+        import ray
+
+        from rlvr import errors
+
+        single = not isinstance(refs, list)
+        many = [refs] if single else list(refs)
+        limit = self.cfg.ray.startup_timeout_s
+        try:
+            ready, late = ray.wait(many, num_returns=len(many), timeout=limit)
+            if late:
+                names = [labels[i] if labels and i < len(labels) else f"call {i}"
+                         for i, ref in enumerate(many) if ref in set(late)]
+                raise Failure(f"{what}: {', '.join(names)} did not start within {limit:.0f}s (ray.startup_timeout_s); "
+                              f"the cluster has {free()} free (rlvr-train CONFIG --plan shows what the run "
+                              "asks for; RLVR_DEBUG=1 shows the actors' logs)")
+            out = ray.get(many)
+            return out[0] if single else out
+        except errors.RlvrError as ex:  # a task's error is also an instance of its cause
+            cls = next(c for c in type(ex).__mro__
+                       if issubclass(c, errors.RlvrError) and c.__module__.startswith("rlvr."))
+            raise cls(ex.message) from None
+        except ray.exceptions.RayError as ex:
+            # an actor whose creation failed: its cause is the last line of the message
+            last = str(ex).strip().splitlines()[-1] if str(ex).strip() else type(ex).__name__
+            m = re.match(r"rlvr\.errors\.(\w+): (.*)", last)
+            cls = getattr(errors, m.group(1), None) if m else None
+            if isinstance(cls, type) and issubclass(cls, errors.RlvrError):
+                raise cls(m.group(2)) from None
+            raise Failure(f"{what} failed: {last[:300]}") from None
+
+    def close(self) -> None:
+        """Remove the placement groups (the actors in them are killed by their owners first)."""
+        if not self.groups:
+            return
+        import ray
+
+        for pg in self.groups:
+            try:
+                ray.util.remove_placement_group(pg)
+            except Exception:  # noqa: BLE001
+                pass
+        self.groups = []

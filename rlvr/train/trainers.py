@@ -1,0 +1,151 @@
+"""The trainer group: the PolicyTrainer ranks as Ray actors (rlvr.train.actors.TrainerActor),
+their start-up and placement, their calls (a dead or failing rank ends the run with one line
+naming the last complete checkpoint and the --resume command), and checkpoints.
+
+    trainers = TrainerGroup(cfg, run_dir, cluster)
+    trainers.start(model, base, blind)          # load the policy (and the reference) on every rank
+    metrics = trainers.step(batch, step)        # one optimizer step on the batch, merged over ranks
+    trainers.checkpoint(step, state, uploader)  # atomic: written to a hidden folder, then renamed
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from rlvr.errors import ConfigError, Failure
+from rlvr.messages import say
+from rlvr.runs import COMPLETE, checkpoint_dir, commit_checkpoint, latest_checkpoint, prune_checkpoints, tmp_checkpoint_dir
+from rlvr.train.cluster import actor_env, asks
+
+
+def log(msg: str) -> None:
+    say(msg)
+
+
+class TrainerGroup:
+    def __init__(self, cfg, run_dir: str, cluster):
+        self.cfg, self.run_dir, self.cluster = cfg, run_dir, cluster
+        self.ranks: list = []      # the actors, rank 0 first
+        self.version = 0           # the weight version the trainer holds (the steps trained)
+
+    @property
+    def rank0(self):
+        return self.ranks[0]
+
+    def start(self, model, ref, blind: dict[str, str]) -> None:
+        """The trainer ranks, loading `model` (the base, or the checkpoint resumed from) with
+        `ref` as the reference. blind: the nodes that do not see the run folder, where no
+        rank may write its checkpoints (see rlvr.train.placement)."""
+        import ray
+
+        from rlvr.train.actors import TrainerActor
+        from rlvr.train.placement import on_this_node
+
+        t = self.cfg.train
+        res: dict = {"num_cpus": t.trainer_num_cpus}
+        if self.cluster.has_gpus():
+            res["num_gpus"] = t.trainer_num_gpus
+        if t.trainer_resources:
+            res["resources"] = dict(t.trainer_resources)
+        world = max(1, t.num_trainers)
+        strategies = [None] * world
+        if blind and not t.trainer_resources:
+            # the ranks write checkpoints into the run folder, which only this node holds
+            res["scheduling_strategy"] = on_this_node(world, res, self.run_dir, blind)
+            log(f"the run folder is not shared with {len(blind)} other node(s) ({', '.join(sorted(blind.values()))}): "
+                f"the trainer runs on this node")
+        elif world > 1:
+            strategies = self.cluster.trainer_group(world, res)
+        labels = [f"trainer rank {r} ({asks(res)})" for r in range(world)]
+        self.ranks = actors = []   # known at once: a start-up failure kills those already made
+        for r in range(world):
+            opts = dict(res, **({"scheduling_strategy": strategies[r]} if strategies[r] is not None else {}))
+            actors.append(ray.remote(**opts)(TrainerActor).options(name=f"rlvr-trainer-{r}-{self.cluster.tag}")
+                          .remote(actor_env()))
+        startup = self.cluster.startup
+        if blind:
+            for r, where in enumerate(startup([a.node.remote() for a in actors], "placing the trainer", labels)):
+                if where["node_id"] in blind:
+                    raise ConfigError(f"trainer rank {r} was placed (train.trainer_resources) on node "
+                                      f"{blind[where['node_id']]}, which does not see the run folder {self.run_dir}: "
+                                      "put the run folder on a filesystem every node shares, or place the trainer "
+                                      "on this node")
+        master = startup(actors[0].address.remote(), "starting the trainer", labels[:1]) if world > 1 else None
+        startup([a.setup.remote(model, t, self.cfg.rollout.max_tokens, t.steps, self.cfg.model.trust_remote_code,
+                                ref, self.cfg.rollout.temperature, r, world, master)
+                 for r, a in enumerate(actors)], "loading the model into the trainer", labels)
+
+    def node_calls(self) -> list:
+        """Each rank's placement call (rlvr.train.actors: node, pid)."""
+        return [t.node.remote() for t in self.ranks]
+
+    def load_state(self, path: str):
+        """A resumed run: every rank loads the checkpoint's optimizer state; returns the data
+        stream's state saved with it."""
+        states = self.call([t.load_state.remote(path) for t in self.ranks], "loading the checkpoint")
+        return states[0].get("data")
+
+    def step(self, batch, step: int) -> dict:
+        """One step on `batch` on every rank; the ranks' metrics merged."""
+        from rlvr.train.trainer import merge_metrics
+
+        return merge_metrics(self.call([t.step.remote(batch) for t in self.ranks], f"step {step + 1}"))
+
+    def call(self, ref, what: str):
+        """ray.get on a trainer call; a dead or failing trainer ends the run with one clear line."""
+        import ray
+
+        try:
+            return ray.get(ref)
+        except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as ex:
+            self.failed(ex, what)
+
+    def failed(self, ex: BaseException, what: str):
+        """End the run for a trainer call's error: one line naming the step, the last complete
+        checkpoint and the --resume command."""
+        import ray
+
+        if isinstance(ex, ray.exceptions.RayTaskError):
+            cause = ex.as_instanceof_cause() if hasattr(ex, "as_instanceof_cause") else ex
+            why = f"the trainer failed during {what}: {type(cause).__name__}: {str(cause).strip().splitlines()[-1][:300]}"
+        else:
+            why = f"the trainer process died during {what} ({type(ex).__name__})"
+        ck = latest_checkpoint(self.run_dir)
+        where = f"the last complete checkpoint is {ck[1]} (step {ck[0]}); continue with --resume {self.run_dir}" \
+            if ck else "no checkpoint was completed"
+        raise Failure(f"{why}; {where}")
+
+    def alive(self, what: str) -> None:
+        """Ends the run when the trainer is dead (the weights come from it: tell a dead trainer
+        from a dead engine)."""
+        self.call(self.rank0.version.remote(), what)
+
+    def checkpoint(self, step: int, state: dict, uploader) -> None:
+        """Every rank saves into a hidden folder, rank 0 writes the completeness marker last; the
+        folder is then renamed into place, old ones pruned, and the run folder uploaded."""
+        t0 = time.monotonic()
+        tmp = tmp_checkpoint_dir(self.run_dir, step)
+        self.call([t.save.remote(tmp, state, self.cfg.checkpoint.dtype) for t in self.ranks],
+                  f"saving checkpoint {step}")
+        if not os.path.exists(os.path.join(tmp, COMPLETE)):  # written last, by trainer rank 0
+            raise Failure(f"checkpoint {step}: the trainer reported it saved, but {tmp} holds no {COMPLETE} on "
+                          "this node: the trainer's node does not share the run folder")
+        final = checkpoint_dir(self.run_dir, step)
+        commit_checkpoint(tmp, final)
+        prune_checkpoints(self.run_dir, self.cfg.checkpoint.keep_last, self.cfg.checkpoint.keep_every)
+        log(f"checkpoint {final} ({time.monotonic() - t0:.1f}s)")
+        if uploader is not None:
+            uploader.submit(os.path.abspath(self.run_dir))  # off this thread; unchanged files are skipped
+
+    def kill(self) -> None:
+        if not self.ranks:
+            return
+        import ray
+
+        for a in self.ranks:
+            try:
+                ray.kill(a)
+            except Exception:  # noqa: BLE001
+                pass
+        self.ranks = []
