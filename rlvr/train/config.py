@@ -155,7 +155,6 @@ def check(cfg: TrainConfig) -> list[str]:
         check_names(cfg.log.trackers)
     except ValueError as e:
         raise ConfigError(f"log.trackers: {e}") from None
-    check_eval(cfg)
     if cfg.upload.trace_interval_s < 0:
         raise ConfigError("upload.trace_interval_s must be >= 0")
     if cfg.upload.layout:
@@ -212,30 +211,8 @@ def check(cfg: TrainConfig) -> list[str]:
     return warnings
 
 
-def check_eval(cfg: TrainConfig) -> None:
-    """The eval section: known benchmarks, sources of listed ones, sane counts (ConfigError)."""
-    from rlvr.errors import ConfigError
-    from rlvr.eval.runner import known_benchmarks
-
-    e = cfg.eval
-    known = known_benchmarks()
-    for b in e.benchmarks:
-        if b not in known:
-            raise ConfigError(f"eval.benchmarks: unknown benchmark {b!r} (known: {', '.join(known)})")
-    for b in e.source:
-        if b not in e.benchmarks:
-            raise ConfigError(f"eval.source: {b!r} is not one of eval.benchmarks")
-    if e.every < 0 or (e.limit is not None and e.limit < 1) or (e.n is not None and e.n < 1) \
-            or (e.shots is not None and e.shots < 0):
-        raise ConfigError("eval.every must be >= 0, eval.limit and eval.n >= 1 (or null), eval.shots >= 0")
-    if e.max_tokens is not None and not 0 < e.max_tokens < cfg.rollout.max_model_len:
-        raise ConfigError(f"eval.max_tokens {e.max_tokens} must be >= 1 and leave room for a prompt in "
-                          f"rollout.max_model_len {cfg.rollout.max_model_len}")
-
-
 def _check_modes(cfg: TrainConfig) -> list[str]:
-    """The SFT section and the precision, optimizer and sync knobs (docs/train-modes.md, docs/train-algorithms.md,
-    docs/train-async.md); returns warnings."""
+    """The precision, optimizer and sync knobs (docs/train-algorithms.md, docs/train-async.md); returns warnings."""
     from rlvr.errors import ConfigError
 
     t, r, sft = cfg.train, cfg.rollout, cfg.sft
@@ -262,21 +239,8 @@ def _check_modes(cfg: TrainConfig) -> list[str]:
         raise ConfigError(f"sync.every_steps {k} needs train.max_staleness >= {k - 1}: between two syncs the "
                           f"engines generate with weights up to {k - 1} steps old (got max_staleness "
                           f"{t.max_staleness})")
-    if sft.data is None and sft.only:
-        raise ConfigError("sft.only needs sft.data (a JSONL file of {prompt, completion} records)")
-    if sft.only and cfg.eval.benchmarks:
-        raise ConfigError("eval.benchmarks: validation runs on the rollout engines, which sft.only does not start; "
-                          "drop the eval section and run rlvr-eval on the checkpoints")
-    if sft.data is not None:
-        if not sft.weight > 0 or sft.micro_batch_size < 1 or (sft.batch_size or 1) < 1 or (sft.max_tokens or 1) < 1 \
-                or (sft.epochs or 1) < 1:
-            raise ConfigError("sft.weight must be > 0, sft.micro_batch_size >= 1, sft.batch_size, sft.max_tokens "
-                              "and sft.epochs >= 1 (or null)")
     # each training mode's own section is checked by rlvr.train.modes.check (check_config: the whole config)
     warnings: list[str] = []
-    if sft.only and t.loss.beta > 0:
-        warnings.append("train.loss.beta is the RL loss's KL weight: with sft.only it has no effect, and the trainer "
-                        "still holds a reference model (set it to 0)")
     if r.logprobs == "raw" and r.temperature not in (0.0, 1.0) and not sft.only:
         warnings.append(f"rollout.logprobs raw reports log-probs before the temperature ({r.temperature}); the "
                         "trainer's are at the temperature, so the TIS weight and train.loss.ratio_to engine "

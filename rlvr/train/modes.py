@@ -26,7 +26,7 @@ import importlib
 MODES = {
     "sft": "rlvr.train.sft:SftMode",
     "distill": "rlvr.train.distill:DistillMode",
-    "validation": "rlvr.train.validation:ValidationMode",
+    "validation": "rlvr.train.validation_mode:ValidationMode",
 }
 
 

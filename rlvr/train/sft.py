@@ -202,6 +202,25 @@ class SftMode(Mode):
         return bool(cfg.sft.data)
 
     @staticmethod
+    def check(cfg) -> list[str]:
+        """The sft section (docs/train-modes.md)."""
+        sft = cfg.sft
+        if sft.data is None and sft.only:
+            raise ConfigError("sft.only needs sft.data (a JSONL file of {prompt, completion} records)")
+        if sft.only and cfg.eval.benchmarks:
+            raise ConfigError("eval.benchmarks: validation runs on the rollout engines, which sft.only does not "
+                              "start; drop the eval section and run rlvr-eval on the checkpoints")
+        if sft.data is not None:
+            if not sft.weight > 0 or sft.micro_batch_size < 1 or (sft.batch_size or 1) < 1 \
+                    or (sft.max_tokens or 1) < 1 or (sft.epochs or 1) < 1:
+                raise ConfigError("sft.weight must be > 0, sft.micro_batch_size >= 1, sft.batch_size, sft.max_tokens "
+                                  "and sft.epochs >= 1 (or null)")
+        if sft.only and cfg.train.loss.beta > 0:
+            return ["train.loss.beta is the RL loss's KL weight: with sft.only it has no effect, and the trainer "
+                    "still holds a reference model (set it to 0)"]
+        return []
+
+    @staticmethod
     def alone(cfg) -> bool:
         return cfg.sft.only
 

@@ -39,9 +39,7 @@ from dataclasses import dataclass, field
 
 from rlvr.engines.base import EngineError, Result, Sample
 from rlvr.errors import ConfigError
-from rlvr.messages import say
 from rlvr.records import write_json
-from rlvr.train.modes import Mode
 
 SUBMIT_TIMEOUT_S = 600.0   # preparing and sending the requests (tokenising the prompts) of one validation
 _TOKENIZING = threading.Lock()
@@ -359,52 +357,3 @@ def clear_after(run_dir: str, step: int) -> None:
         m = re.match(r"^step_(\d+)$", name)
         if m and int(m.group(1)) > step:
             shutil.rmtree(os.path.join(d, name), ignore_errors=True)
-
-
-class ValidationMode(Mode):
-    """The eval section as a training mode (rlvr.train.modes): validations on the rollout
-    engines between steps; a validated step's weights are synced whatever sync.every_steps."""
-
-    @staticmethod
-    def enabled(cfg) -> bool:
-        return bool(cfg.eval.benchmarks)
-
-    def __init__(self, run):
-        self.v: Validation | None = None
-
-    def connect(self, run) -> None:
-        """The prompts are loaded (and checked) before any engine starts."""
-        cfg = run.cfg
-        clear_after(run.run_dir, run.start_step)
-        self.v = Validation(cfg.eval, run.run_dir, engine=cfg.rollout.engine, dtype=run.fleet.options()["dtype"],
-                            max_model_len=cfg.rollout.max_model_len, verify_jobs=cfg.verify.jobs,
-                            total_steps=cfg.train.steps, base_model=run.base.path, log=say)
-
-    def begin(self, run, traces) -> None:
-        """Attach the engines; validate the starting weights when due (before_training, or a
-        resumed run whose last validation did not finish)."""
-        fleet, v = run.fleet, self.v
-        v.attach(lambda: list(fleet.engines), run.tokenizer, fleet.options(), fleet.engine_len,
-                 on_done=lambda e: fleet.last_done.__setitem__(e, time.monotonic()),
-                 min_version=lambda: fleet.synced_version if fleet.in_flight else None)
-        if v.due(run.start_step) and not v.done(run.start_step):
-            v.start(run.start_step)
-
-    def wants_sync(self, version: int) -> bool:
-        return self.v.due(version)
-
-    def after_step(self, run, traces, metrics: dict) -> None:
-        self.v.after_step(traces, metrics)
-
-    def end(self, run, traces, last: dict) -> None:
-        step = last.get("step")
-        if step and self.v.due(step, last=True) and run.fleet.synced_version != step:
-            run.sync(step, wait=True)   # the data ran out at a step sync.every_steps skips
-        self.v.finish(traces, step, last.get("samples/total", 0.0), last.get("time/elapsed_s", 0.0))
-
-    def outstanding(self) -> list:
-        return self.v.outstanding() if self.v is not None else []
-
-    def close(self) -> None:
-        if self.v is not None:
-            self.v.close()
