@@ -15,6 +15,7 @@ import re
 
 from rlvr.errors import ConfigError, Failure
 from rlvr.messages import say
+from rlvr.train import ray_calls
 
 ENV_KEEP = ("OMP_NUM_THREADS", "VLLM_CPU_KVCACHE_SPACE", "TOKENIZERS_PARALLELISM", "CUDA_DEVICE_ORDER",
             "HF_HUB_OFFLINE", "VLLM_LOGGING_LEVEL", "PYTHONPATH")
@@ -163,7 +164,7 @@ class Cluster:
                              name=f"rlvr-trainers-{self.tag}")
         self.groups.append(pg)
         limit = self.cfg.ray.startup_timeout_s
-        ready, _ = ray.wait([pg.ready()], timeout=limit)
+        ready, _ = ray_calls.wait([pg.ready()], timeout=limit)
         if not ready:
             raise Failure(f"the trainer's placement group ({world} x {asks(res)}, "
                           f"{'STRICT_PACK' if together else 'PACK'}) was not placed within {limit:.0f}s "
@@ -183,14 +184,14 @@ class Cluster:
         many = [refs] if single else list(refs)
         limit = self.cfg.ray.startup_timeout_s
         try:
-            ready, late = ray.wait(many, num_returns=len(many), timeout=limit)
+            ready, late = ray_calls.wait(many, num_returns=len(many), timeout=limit)
             if late:
                 names = [labels[i] if labels and i < len(labels) else f"call {i}"
                          for i, ref in enumerate(many) if ref in set(late)]
                 raise Failure(f"{what}: {', '.join(names)} did not start within {limit:.0f}s (ray.startup_timeout_s); "
                               f"the cluster has {free()} free (rlvr-train CONFIG --plan shows what the run "
                               "asks for; RLVR_DEBUG=1 shows the actors' logs)")
-            out = ray.get(many)
+            out = ray_calls.get(many)
             return out[0] if single else out
         except errors.RlvrError as ex:  # a task's error is also an instance of its cause
             cls = next(c for c in type(ex).__mro__

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 
 from rlvr.errors import Failure
+from rlvr.train import ray_calls
 
 
 class EngineSync:
@@ -45,7 +46,7 @@ class EngineSync:
         pending = {ref: key for key, ref in refs.items()}
         results, dead = {}, []
         while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+            ready, _ = ray_calls.wait(list(pending), num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
             if not ready:
                 late = sorted(f"engine {k}" if isinstance(k, int) else k.replace("-", " rank ") for k in pending.values())
                 raise Failure(f"weight sync to version {version} took longer than {limit:.0f}s (sync.timeout_s): "
@@ -53,7 +54,7 @@ class EngineSync:
             for ref in ready:
                 key = pending.pop(ref)
                 try:
-                    results[key] = ray.get(ref)
+                    results[key] = ray_calls.get(ref)
                 except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError,
                         ray.exceptions.RayTaskError) as ex:
                     died = not isinstance(ex, ray.exceptions.RayTaskError)
@@ -79,7 +80,7 @@ class EngineSync:
         cfg = self.cfg
         for e, ref in list(self.fleet.pending_syncs.items()):
             try:
-                ray.get(ref, timeout=cfg.sync.timeout_s + cfg.sync.generate_timeout_s)
+                ray_calls.get(ref, timeout=cfg.sync.timeout_s + cfg.sync.generate_timeout_s)
             except ray.exceptions.GetTimeoutError:
                 self.fleet.restart_engine(e, "did not apply a weight update in time")
             except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as ex:

@@ -28,6 +28,7 @@ from rlvr.train.cluster import actor_env, asks
 from rlvr.train.metrics import unusable_record
 from rlvr.train.prompts import Chunk, prompt_max_tokens, prompt_stops, prompt_token_ids
 from rlvr.train.schedule import Round
+from rlvr.train import ray_calls
 
 
 def log(msg: str) -> None:
@@ -134,7 +135,7 @@ class EngineFleet:
         """The engines' context (engine_len): a prompt must leave room for rollout.max_tokens."""
         import ray
 
-        self.engine_len = min(ray.get([e.max_model_len.remote() for e in self.engines]))
+        self.engine_len = min(ray_calls.get([e.max_model_len.remote() for e in self.engines]))
         if self.max_prompt_len < 1:
             raise ConfigError(f"rollout.max_tokens {self.cfg.rollout.max_tokens} leaves no room for a prompt in the "
                               f"engines' context ({self.engine_len} tokens): raise "
@@ -202,7 +203,7 @@ class EngineFleet:
         pending = list(rnd.chunks)
         limit = self.cfg.sync.generate_timeout_s
         while pending:
-            ready, _ = ray.wait([c.ref for c in pending], num_returns=1, timeout=5.0)
+            ready, _ = ray_calls.wait([c.ref for c in pending], num_returns=1, timeout=5.0)
             now = time.monotonic()
             nxt = []
             for c in pending:
@@ -211,7 +212,7 @@ class EngineFleet:
                     self.outstanding.discard(c)
                 if c.ref in ready:
                     try:
-                        res = ray.get(c.ref)
+                        res = ray_calls.get(c.ref)
                     except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError,
                             ray.exceptions.RayTaskError) as ex:
                         if current:  # else: queued on an engine already replaced, just resend
@@ -266,7 +267,7 @@ class EngineFleet:
             return set()
         limit = self.cfg.sync.generate_timeout_s
         log(f"waiting for {len(refs)} queued engine call(s) before the weight-transfer group is rebuilt")
-        _, late = ray.wait(list(refs), num_returns=len(refs), timeout=limit)
+        _, late = ray_calls.wait(list(refs), num_returns=len(refs), timeout=limit)
         return {refs[r] for r in late}
 
     def restart_engine(self, e: int, why: str) -> None:

@@ -15,6 +15,8 @@ variable instead.
 
 from __future__ import annotations
 
+from rlvr.train import ray_calls
+
 
 def visible_devices(value: str | None) -> list[str] | None:
     """The entries of a CUDA_VISIBLE_DEVICES value; None when unset (all devices)."""
@@ -106,7 +108,7 @@ def nodes_not_seeing(folder: str) -> dict[str, str]:
         f.write(token)
     try:
         check = ray.remote(num_cpus=0)(_holds)
-        seen = ray.get([check.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
+        seen = ray_calls.get([check.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
                         .remote(probe, token) for n in others])
     finally:
         os.unlink(probe)

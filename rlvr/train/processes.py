@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 
+from rlvr.train import ray_calls
+
 
 def placement(model_path: str | None = None) -> dict:
     """Where this actor runs: node, process, and the GPUs Ray assigned to it (CUDA_VISIBLE_DEVICES
@@ -105,7 +107,7 @@ def retire(actor, where: dict | None, timeout_s: float = 60.0) -> list[int]:
         try:
             task = ray.remote(num_cpus=0, max_retries=0)(kill_tree).options(
                 scheduling_strategy=NodeAffinitySchedulingStrategy(where["node_id"], soft=False))
-            killed = ray.get(task.remote(where["pid"], where.get("pid_start"), where.get("children")),
+            killed = ray_calls.get(task.remote(where["pid"], where.get("pid_start"), where.get("children")),
                              timeout=timeout_s)
         except Exception:  # noqa: BLE001 - a dead node takes its processes with it
             pass
@@ -125,7 +127,7 @@ def close_engines(actors: list, where: dict, timeout_s: float = 30.0) -> None:
     import ray
 
     try:
-        ray.wait([a.close.remote() for a in actors], num_returns=len(actors), timeout=timeout_s)
+        ray_calls.wait([a.close.remote() for a in actors], num_returns=len(actors), timeout=timeout_s)
     except Exception:  # noqa: BLE001 - closing is best effort; the kill below is not
         pass
     for a in actors:

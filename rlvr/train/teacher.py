@@ -11,6 +11,7 @@ import time
 
 from rlvr.errors import Failure
 from rlvr.messages import say
+from rlvr.train import ray_calls
 
 POLICY = "policy"
 
@@ -72,7 +73,7 @@ class Teacher:
         nodes = run.cluster.startup([a.node.remote() for a in self.actors], "starting the teacher engines",
                              [f"teacher engine {e}" for e in range(len(self.actors))])
         self.where = {id(a): where for a, where in zip(self.actors, nodes)}
-        self.max_len = min(ray.get([a.max_model_len.remote() for a in self.actors]))
+        self.max_len = min(ray_calls.get([a.max_model_len.remote() for a in self.actors]))
         update_manifest(run.run_dir, teacher={"model": self.model.record(), "engines": nodes})
         self.log(f"{len(self.actors)} teacher engine(s) on {self.te.model} ready in {time.monotonic() - t0:.1f}s")
 
@@ -102,7 +103,7 @@ class Teacher:
                     for e, idx in shares.items()}
             self.open = {ref: sent[e] for e, ref in refs.items()}
             # every engine's call is out: wait for them together, within one limit
-            done, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=limit)
+            done, _ = ray_calls.wait(list(refs.values()), num_returns=len(refs), timeout=limit)
             done = set(done)
             failed = {}
             for e, ref in refs.items():
@@ -110,7 +111,7 @@ class Teacher:
                     failed[e] = f"gave no scores in {limit:.0f}s"
                     continue
                 try:
-                    topk = ray.get(ref)
+                    topk = ray_calls.get(ref)
                 except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as ex:
                     failed[e] = f"failed ({type(ex).__name__})"
                     continue

@@ -17,6 +17,7 @@ from rlvr.errors import ConfigError, Failure
 from rlvr.messages import say
 from rlvr.runs import COMPLETE, checkpoint_dir, commit_checkpoint, latest_checkpoint, prune_checkpoints, tmp_checkpoint_dir
 from rlvr.train.cluster import actor_env, asks
+from rlvr.train import ray_calls
 
 
 def log(msg: str) -> None:
@@ -97,7 +98,7 @@ class TrainerGroup:
         import ray
 
         try:
-            return ray.get(ref)
+            return ray_calls.get(ref)
         except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as ex:
             self.failed(ex, what)
 

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from rlvr.engines.base import EngineError, Result, Sample
 from rlvr.errors import ConfigError
 from rlvr.records import write_json
+from rlvr.train import ray_calls
 
 SUBMIT_TIMEOUT_S = 600.0   # preparing and sending the requests (tokenising the prompts) of one validation
 _TOKENIZING = threading.Lock()
@@ -107,11 +108,11 @@ class ActorEngine:
             self.sent.set()
         pending = list(calls)
         while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
+            ready, pending = ray_calls.wait(pending, num_returns=1)
             e, part = calls[ready[0]]
             self.open.pop(ready[0], None)
             try:
-                res = ray.get(ready[0])
+                res = ray_calls.get(ready[0])
             except ray.exceptions.RayError as ex:
                 last = str(ex).strip().splitlines()[-1][:300] if str(ex).strip() else type(ex).__name__
                 raise EngineError(f"rollout engine {e} failed during validation: {last}") from None

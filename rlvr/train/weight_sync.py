@@ -33,6 +33,7 @@ import time
 
 from rlvr.errors import Failure, UsageError
 from rlvr.train.config_rollout import SYNC_METHODS as METHODS  # sync.method's names live with the config
+from rlvr.train import ray_calls
 
 
 def choose(method: str, engine: str, engine_devices: list[str], trainer_device: str,
@@ -80,7 +81,7 @@ class ObjectStoreSync:
         import ray
 
         if self.weights_ref is not None and engines:
-            ray.get([self.engines[e].update_weights.remote(self.weights_ref, version) for e in engines],
+            ray_calls.get([self.engines[e].update_weights.remote(self.weights_ref, version) for e in engines],
                     timeout=timeout_s)
 
     def check(self, results: dict) -> int | None:
@@ -123,10 +124,10 @@ class BroadcastSync:
         if self.info is not None:
             self._close(quiet=True)
             self.info = None
-        address, port = ray.get(self.trainers[0].address.remote(), timeout=self.timeout_s)
+        address, port = ray_calls.get(self.trainers[0].address.remote(), timeout=self.timeout_s)
         if self.bucket_bytes is None:
             self.bucket_bytes = max(self.default_bucket,
-                                    int(ray.get(self.trainers[0].largest_tensor_bytes.remote(), timeout=self.timeout_s)))
+                                    int(ray_calls.get(self.trainers[0].largest_tensor_bytes.remote(), timeout=self.timeout_s)))
         rdv = Rendezvous(self.transport, address, port, 1 + self.tp * len(self.engines), self.bucket_bytes,
                          self.timeout_s)
         trainer_refs = [t.transfer_open.remote(rdv) for t in self.trainers]
@@ -188,7 +189,7 @@ class BroadcastSync:
 
         refs = [t.transfer_close.remote() for t in self.trainers] + [e.transfer_close.remote() for e in self.engines]
         try:
-            ray.get(refs, timeout=self.timeout_s)
+            ray_calls.get(refs, timeout=self.timeout_s)
         except Exception:  # noqa: BLE001 - a dead member is why the group is rebuilt
             if not quiet:
                 raise
@@ -209,13 +210,13 @@ def wait_all(refs: dict, timeout_s: float, what: str) -> dict:
     pending = {ref: name for name, ref in refs.items()}
     out: dict = {}
     while pending:
-        ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+        ready, _ = ray_calls.wait(list(pending), num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
         if not ready:
             raise Failure(f"{what}: {', '.join(sorted(pending.values()))} did not answer within {timeout_s:.0f}s")
         for ref in ready:
             name = pending.pop(ref)
             try:
-                out[name] = ray.get(ref)
+                out[name] = ray_calls.get(ref)
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
                 raise Failure(f"{what}: {name} died") from None
             except ray.exceptions.RayTaskError as ex:
@@ -243,8 +244,8 @@ def make(cfg, trainers: list, engines: list, log=None, placement: dict | None = 
     from rlvr.train.placement import shared_gpus
 
     deadline = time.monotonic() + cfg.sync.timeout_s
-    trainer_device = ray.get(trainers[0].device.remote(), timeout=cfg.sync.timeout_s)
-    engine_devices = ray.get([e.device.remote() for e in engines], timeout=max(1.0, deadline - time.monotonic()))
+    trainer_device = ray_calls.get(trainers[0].device.remote(), timeout=cfg.sync.timeout_s)
+    engine_devices = ray_calls.get([e.device.remote() for e in engines], timeout=max(1.0, deadline - time.monotonic()))
     shared = []
     if placement:
         members = [("trainer rank 0", placement["trainer_ranks"][0])] + \
