@@ -109,7 +109,7 @@ def test_the_spans_file_survives_a_torn_line_and_the_log_tracks_the_last_end(tmp
 
 def test_span_overhead_benchmark_runs():
     b = spans.benchmark(2000)
-    assert b["n"] == 2000 and b["span_with_s"] > 0 and b["begin_end_s"] > 0
+    assert b["n"] == 2000 and b["span_with_s"] >= 0 and b["begin_end_s"] >= 0 and b["write_s"] >= 0
 
 
 # --------------------------------------------------------------------------- figures
