@@ -246,6 +246,29 @@ def test_the_watchdog_thread_reports_a_stall(tmp_path):
     assert "no span is open" in open(dog.reports[0]).read()
 
 
+def test_a_report_on_demand(tmp_path):
+    """request_report (rlvr-train --stacks) gets a report from the running watchdog at once,
+    stalled or not; without a watchdog it times out."""
+    from rlvr.train.watchdog import request_report
+
+    clock = Clock(0.0)
+    log = SpanLog(str(tmp_path), clock=clock)
+    log.add("engine-0", {"spans": [], "open": [{"actor": "engine-0", "kind": "generate", "start": 0.0, "step": 1}]})
+    err = io.StringIO()
+    dog = Watchdog(str(tmp_path), 600, log, clock=clock, err=err, interval_s=0.02).start()
+    try:
+        path = request_report(str(tmp_path), timeout_s=60, poll_s=0.02)
+    finally:
+        dog.stop()
+    text = open(path).read()
+    assert text.startswith("asked for (rlvr-train --stacks): no span ended for 0 s")
+    assert "waiting on engine-0 (generate step 1" in text and "== driver ==" in text
+    assert err.getvalue().startswith("rlvr-train: stacks: ") and os.listdir(tmp_path / "stalls") == [os.path.basename(path)]
+    with pytest.raises(TimeoutError, match="no stall report"):
+        request_report(str(tmp_path), timeout_s=0.1, poll_s=0.02)
+    assert os.listdir(tmp_path / "stalls") == [os.path.basename(path)]
+
+
 def test_python_stacks_show_every_thread():
     ev = threading.Event()
     t = threading.Thread(target=ev.wait, name="waiting thread", daemon=True)
@@ -296,3 +319,15 @@ def test_a_blocked_ray_actor_still_hands_over_its_spans_and_stacks(ray_two_cpus,
     assert poll() == ["engine-1"]
     st = probe.stacks_all()
     assert "hang_in_generate" in st["engine-0"] and st["engine-1"].startswith("(no stacks")
+    # the induced stall, seen by the watchdog as the driver starts it: a report that names the
+    # dead actor, shows the open generate span and the stuck actor's stack
+    import time
+
+    err = io.StringIO()
+    dog = Watchdog(str(tmp_path), 5, log, stacks=probe.stacks_all, poll=poll, clock=lambda: time.time() + 6, err=err)
+    path = dog.check()
+    text = open(path).read()
+    assert "waiting on engine-1 (did not answer" in err.getvalue()
+    assert "engine-0: generate step 4 version 3" in text and "== engine-0 ==" in text and "hang_in_generate" in text
+    del probe.actors["engine-1"]
+    assert dog.check() is not None and "waiting on engine-0 (generate step 4 open for" in err.getvalue().splitlines()[1]

@@ -14,6 +14,10 @@ again, a later stall is reported afresh.
 
 The report names the actor everything waits on, when the open spans show one: an actor that did
 not answer, else the actor of the oldest open span outside the driver, else the driver itself.
+
+On demand: `request_report(run_dir)` (for `rlvr-train --stacks RUN_DIR`) leaves the file
+RUN_DIR/stalls/REQUEST; the running watchdog's next check() writes a report whatever the idle time,
+removes the file, and request_report returns the report's path.
 """
 
 from __future__ import annotations
@@ -28,6 +32,35 @@ import traceback
 from typing import Callable
 
 from rlvr.train.spans import SpanLog
+
+
+REQUEST = "REQUEST"
+
+
+def request_report(run_dir: str, timeout_s: float = 60.0, poll_s: float = 0.2) -> str:
+    """Ask the watchdog of the run writing run_dir for a report now; returns its path. TimeoutError
+    when none came within timeout_s (no run is writing there, or its watchdog is off)."""
+    d = os.path.join(run_dir, "stalls")
+    os.makedirs(d, exist_ok=True)
+    req, done = os.path.join(d, REQUEST), os.path.join(d, REQUEST + ".done")
+    if os.path.exists(done):
+        os.remove(done)
+    with open(req, "w") as fh:
+        fh.write(f"{time.time()}\n")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with open(done) as fh:
+                path = fh.read().strip()
+            if path:
+                os.remove(done)
+                return path
+        except FileNotFoundError:
+            pass
+        time.sleep(poll_s)
+    if os.path.exists(req):
+        os.remove(req)
+    raise TimeoutError(f"{run_dir}: no stall report within {timeout_s:g} s (is a run with log.stall_s > 0 writing there?)")
 
 
 def python_stacks(pid: int | None = None, py_spy: bool = False) -> str:
@@ -82,6 +115,14 @@ class Watchdog:
         silent = list(self.poll() or ()) if self.poll is not None else []
         now = self.clock()
         idle = now - self.log.last_end
+        req = os.path.join(self.dir, REQUEST)
+        if os.path.exists(req):
+            path = self._report(now, idle, self.log.open_spans(), silent, asked=True)
+            with open(req + ".tmp", "w") as fh:
+                fh.write(path + "\n")
+            os.replace(req + ".tmp", req + ".done")
+            os.remove(req)
+            return path
         if idle < self.stall_s:
             self.reported = None
             return None
@@ -93,9 +134,10 @@ class Watchdog:
         self.reported = picture
         return self._report(now, idle, open_spans, silent)
 
-    def _report(self, now: float, idle: float, open_spans: list[dict], silent: list[str]) -> str:
+    def _report(self, now: float, idle: float, open_spans: list[dict], silent: list[str], asked: bool = False) -> str:
         who = blamed(open_spans, silent, now)
-        head = f"no span ended for {idle:.0f} s (log.stall_s {self.stall_s:g})"
+        head = ("asked for (rlvr-train --stacks): " if asked else "") + \
+            f"no span ended for {idle:.0f} s (log.stall_s {self.stall_s:g})"
         line = head + (f"; waiting on {who[0]} ({who[1]})" if who else "; no span is open")
         lines = [line, "", f"open spans ({len(open_spans)}):"]
         for s in sorted(open_spans, key=lambda r: r["start"]):
@@ -120,7 +162,8 @@ class Watchdog:
             path = os.path.join(self.dir, f"{stamp}-{n}.txt")
         with open(path, "w") as fh:
             fh.write("\n".join(lines) + "\n")
-        print(f"rlvr-train: warning: stall: {line}; report: {path}", file=self.err or sys.stderr, flush=True)
+        print(f"rlvr-train: {'stacks' if asked else 'warning: stall'}: {line}; report: {path}", file=self.err or sys.stderr,
+              flush=True)
         self.reports.append(path)
         return path
 
