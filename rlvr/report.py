@@ -530,8 +530,11 @@ share of the groups drawn whose rewards were all equal; token staleness: mean po
     var tl = run.view.timeline, S = tl.spans, n = S.a.length;
     if (!n) return false;
     var box = div("timeline", parent); box.setAttribute("data-run", run.name);
+    box.setAttribute("data-last-step", tl.steps ? String(tl.steps[1]) : "");
     var h = document.createElement("h3"); box.appendChild(h);
     var ctl = div("tl-controls", box), lo0 = tl.steps ? tl.steps[0] : 0, hi0 = tl.steps ? tl.steps[1] : 0;
+    var kept = /steps=(-?\d+):(-?\d+)/.exec(location.hash);   // a range chosen before a (live) reload
+    if (kept) { lo0 = Number(kept[1]); hi0 = Number(kept[2]); }
     ctl.appendChild(document.createTextNode("steps "));
     var from = document.createElement("input"), to = document.createElement("input");
     from.type = to.type = "number"; from.value = lo0; to.value = hi0; from.className = "from"; to.className = "to";
@@ -579,7 +582,10 @@ share of the groups drawn whose rewards were all equal; token staleness: mean po
         (tl.total > n ? " (the latest " + n + " of " + tl.total + " spans in the page)" : "");
       document.documentElement.setAttribute("data-spans", String(spansDrawn));
     }
-    btn.addEventListener("click", function () { draw(Number(from.value), Number(to.value)); });
+    btn.addEventListener("click", function () {
+      draw(Number(from.value), Number(to.value));
+      history.replaceState(null, "", "#steps=" + Number(from.value) + ":" + Number(to.value));
+    });
     canvas.addEventListener("mousemove", function (ev) {
       var r = canvas.getBoundingClientRect(), px = ev.clientX - r.left, py = ev.clientY - r.top;
       var lane = Math.floor(py / LH), t = cur.t0 + px / cur.w * (cur.t1 - cur.t0), tol = 3 / cur.w * (cur.t1 - cur.t0);

@@ -432,6 +432,17 @@ def test_the_live_page_follows_new_spans_and_fills_a_wide_window(tmp_path):
         lanes = cdp.eval("Array.from(document.querySelectorAll('.lane')).map(function (d) {"
                          " return [d.getAttribute('data-actor'), Number(d.getAttribute('data-count'))]; })")
         assert dict(lanes) == {a: counts[a] + more[a] for a in counts}
+        # a step range chosen on the page is kept when the page reloads for new spans
+        cdp.eval("document.querySelector('.from').value = 2; document.querySelector('.to').value = 3;"
+                 "document.querySelector('.tl-controls button').click()")
+        per_step = n0 // 3
+        assert cdp.eval("document.documentElement.getAttribute('data-spans')") == str(2 * per_step)
+        make_spans(run, 1, 5, first=6)
+        wait_for(lambda: cdp.eval("document.documentElement.getAttribute('data-state') === 'rendered' && "
+                                  "document.querySelector('.timeline').getAttribute('data-last-step')") == "6",
+                 120, "the reload after step 6's spans")
+        assert cdp.eval("document.documentElement.getAttribute('data-spans')") == str(2 * per_step)
+        assert cdp.eval("location.hash") == "#steps=2:3"
     finally:
         cdp.close()
         server.shutdown()
