@@ -63,8 +63,11 @@ def test_the_module_recorder_is_named_per_process():
         with spans.span("forward_backward", step=1):
             pass
         spans.end(spans.begin("optimizer", step=1))
+        with spans.span("verify", step=1, actor="verifier"):
+            pass
         got = spans.drain()["spans"]
-        assert [(r["actor"], r["kind"]) for r in got] == [("trainer-1", "forward_backward"), ("trainer-1", "optimizer")]
+        assert [(r["actor"], r["kind"]) for r in got] == [("trainer-1", "forward_backward"), ("trainer-1", "optimizer"),
+                                                           ("verifier", "verify")]
     finally:
         spans.set_actor(old)
 
@@ -297,10 +300,9 @@ def test_a_blocked_ray_actor_still_hands_over_its_spans_and_stacks(ray_two_cpus,
     ray = ray_two_cpus
     from rlvr.train.observe import OBSERVE_GROUPS, ActorProbe, Observed, make_poll
 
-    @ray.remote(num_cpus=0.1, concurrency_groups=OBSERVE_GROUPS)
-    class Stuck(Observed):
+    @ray.remote(num_cpus=0.1, max_concurrency=2, concurrency_groups=OBSERVE_GROUPS)
+    class Stuck(Observed):       # as the fleet declares an in-flight engine: several calls at once
         def __init__(self):
-            self.observe_as("engine-0")
             self.release = threading.Event()
 
         def hang_in_generate(self):
@@ -308,14 +310,16 @@ def test_a_blocked_ray_actor_still_hands_over_its_spans_and_stacks(ray_two_cpus,
                 self.release.wait(600)
 
     a, gone = Stuck.remote(), Stuck.remote()
-    ray.get(gone.drain_spans.remote())
+    ray.get([a.observe_as.remote("engine-0"), gone.drain_spans.remote()])
     ray.kill(gone)
     a.hang_in_generate.remote()
+    a.hang_in_generate.remote()      # both default threads busy: only the observe group's thread is free
     log = SpanLog(str(tmp_path))
     probe = ActorProbe({"engine-0": a, "engine-1": gone}, timeout_s=30)
     poll = make_poll(log, probe)
     wait_for(lambda: poll() is not None and log.open_spans(), 60, "the actor's open generate span")
-    assert [(s["actor"], s["kind"], s["step"]) for s in log.open_spans()] == [("engine-0", "generate", 4)]
+    wait_for(lambda: poll() is not None and len(log.open_spans()) == 2, 60, "both calls' open generate spans")
+    assert [(s["actor"], s["kind"], s["step"]) for s in log.open_spans()] == [("engine-0", "generate", 4)] * 2
     assert poll() == ["engine-1"]
     st = probe.stacks_all()
     assert "hang_in_generate" in st["engine-0"] and st["engine-1"].startswith("(no stacks")
@@ -329,5 +333,6 @@ def test_a_blocked_ray_actor_still_hands_over_its_spans_and_stacks(ray_two_cpus,
     text = open(path).read()
     assert "waiting on engine-1 (did not answer" in err.getvalue()
     assert "engine-0: generate step 4 version 3" in text and "== engine-0 ==" in text and "hang_in_generate" in text
-    del probe.actors["engine-1"]
+    alive = {"engine-0": a}
+    probe.actors = lambda: alive          # a function of the current handles (restarts replace them)
     assert dog.check() is not None and "waiting on engine-0 (generate step 4 open for" in err.getvalue().splitlines()[1]

@@ -29,7 +29,9 @@ OBSERVE_GROUPS = {"observe": 1}
 class Observed:
     """Mixin for Ray actors (declare the class with concurrency_groups=OBSERVE_GROUPS)."""
 
+    @ray.method(concurrency_group="observe")
     def observe_as(self, name: str) -> None:
+        """Name this process's spans (the lane on the timeline): engine-0, trainer-1, teacher-0."""
         spans.set_actor(name)
 
     @ray.method(concurrency_group="observe")
@@ -45,17 +47,29 @@ class Observed:
 
 
 class ActorProbe:
-    """The driver's view of its actors: {name: handle} of Observed actors."""
+    """The driver's view of its actors: {name: handle} of Observed actors, or a function that
+    returns it (asked at every call, so that a restarted engine's new handle is the one asked)."""
 
-    def __init__(self, actors: dict, timeout_s: float = 10.0):
-        self.actors = dict(actors)
+    def __init__(self, actors, timeout_s: float = 10.0):
+        self.actors = actors if callable(actors) else dict(actors)
         self.timeout_s = timeout_s
 
+    def handles(self) -> dict:
+        return dict(self.actors()) if callable(self.actors) else self.actors
+
     def _ask(self, method: str) -> dict:
-        refs = {name: getattr(h, method).remote() for name, h in self.actors.items()}
+        refs = {}
+        for name, h in self.handles().items():
+            try:
+                refs[name] = getattr(h, method).remote()
+            except Exception as e:  # noqa: BLE001 - e.g. an actor handle of a dead actor
+                refs[name] = e
         deadline = time.monotonic() + self.timeout_s
         out = {}
         for name, ref in refs.items():
+            if isinstance(ref, Exception):
+                out[name] = ref
+                continue
             try:
                 out[name] = ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
             except ray.exceptions.GetTimeoutError:

@@ -11,6 +11,7 @@ own spans in a `Recorder`, cheaply (two clock reads and one list append under a 
     with spans.span("generate", step=s, version=v, ids=ids):
         ...
     tok = spans.begin("verify", step=s); ...; spans.end(tok)
+    with spans.span("verify", step=s, actor="verifier"):   # on behalf of another lane
     spans.drain()       # {"spans": [closed since the last drain], "open": [still open]}
 
 An actor hands its spans over when the driver asks (rlvr.train.observe's `Observed.drain_spans`,
