@@ -272,6 +272,52 @@ def test_a_report_on_demand(tmp_path):
     assert os.listdir(tmp_path / "stalls") == [os.path.basename(path)]
 
 
+def test_the_run_observer_writes_the_drivers_spans_and_the_fates(tmp_path):
+    """Without actors and without a watchdog (stall_s 0): end_step drains the driver's own spans,
+    writes the step's fates per version and returns its fates/ metrics; log.spans false records none."""
+    from types import SimpleNamespace
+
+    from rlvr.train.observe import RunObserver
+
+    os.makedirs(tmp_path / "traces")
+    cfg = SimpleNamespace(spans=True, spans_full_mb=100.0, spans_sample_every=10, stall_s=0)
+    spans.drain()
+    obs = RunObserver(str(tmp_path), cfg)
+    try:
+        assert obs.watchdog is None and obs.step_figures() == {}
+        with spans.span("step", step=0, version=0):
+            obs.fates.add(0, "trained", 6)
+            obs.fates.add(0, "zero_variance", 2)
+        assert obs.end_step(0)["fates/trained"] == 6
+        assert [r["kind"] for r in read_spans(str(tmp_path / "traces" / "spans.jsonl"))] == ["step"]
+        rows = [orjson.loads(ln) for ln in open(tmp_path / "traces" / "fates.jsonl", "rb")]
+        assert rows == [{"step": 0, "policy_version": 0, "trained": 6, "zero_variance": 2, "stale": 0, "timed_out": 0,
+                         "masked": 0}]
+    finally:
+        obs.close()
+    cfg.spans = False
+    obs = RunObserver(str(tmp_path), cfg)
+    try:
+        with spans.span("step", step=1):
+            pass
+        obs.end_step(1)
+        assert len(read_spans(str(tmp_path / "traces" / "spans.jsonl"))) == 1
+    finally:
+        obs.close()
+        spans.recorder().enabled = True
+
+
+def test_a_recorder_nobody_drains_stays_bounded(monkeypatch):
+    monkeypatch.setattr(spans, "MAX_HELD", 100)
+    rec = Recorder("x")
+    for i in range(250):
+        rec.end(rec.begin("generate", step=i))
+    got = rec.drain()["spans"]
+    assert 50 <= len(got) <= 100 and got[-1]["step"] == 249 and rec.dropped == 250 - len(got)
+    rec.enabled = False
+    assert rec.begin("generate") is None and rec.end(None) is None and rec.drain()["spans"] == []
+
+
 def test_python_stacks_show_every_thread():
     ev = threading.Event()
     t = threading.Thread(target=ev.wait, name="waiting thread", daemon=True)
@@ -335,4 +381,6 @@ def test_a_blocked_ray_actor_still_hands_over_its_spans_and_stacks(ray_two_cpus,
     assert "engine-0: generate step 4 version 3" in text and "== engine-0 ==" in text and "hang_in_generate" in text
     alive = {"engine-0": a}
     probe.actors = lambda: alive          # a function of the current handles (restarts replace them)
+    figs = probe.ask("observe_figures")["engine-0"]
+    assert set(figs["memory"]) == {"rss_gb"} and figs["engine"] == {}
     assert dog.check() is not None and "waiting on engine-0 (generate step 4 open for" in err.getvalue().splitlines()[1]

@@ -30,9 +30,21 @@ class Observed:
     """Mixin for Ray actors (declare the class with concurrency_groups=OBSERVE_GROUPS)."""
 
     @ray.method(concurrency_group="observe")
-    def observe_as(self, name: str) -> None:
-        """Name this process's spans (the lane on the timeline): engine-0, trainer-1, teacher-0."""
-        spans.set_actor(name)
+    def observe_as(self, name: str, enabled: bool = True) -> None:
+        """Name this process's spans (the lane on the timeline): engine-0, trainer-1, teacher-0;
+        enabled False (log.spans: false): record none."""
+        spans.set_actor(name, enabled)
+
+    @ray.method(concurrency_group="observe")
+    def observe_figures(self) -> dict:
+        """This actor's figures: {"memory": peak memory (rlvr.train.figures.memory) on the device its
+        `device()` method names (the CPU without one), "engine": vLLM's statistics where the actor's
+        `engine_metrics()` returns LLM.get_metrics()}."""
+        from rlvr.train import figures
+
+        dev = self.device() if callable(getattr(self, "device", None)) else "cpu"
+        em = getattr(self, "engine_metrics", None)
+        return {"memory": figures.memory(dev), "engine": figures.engine_stats(em()) if callable(em) else {}}
 
     @ray.method(concurrency_group="observe")
     def drain_spans(self) -> dict:
@@ -57,7 +69,8 @@ class ActorProbe:
     def handles(self) -> dict:
         return dict(self.actors()) if callable(self.actors) else self.actors
 
-    def _ask(self, method: str) -> dict:
+    def ask(self, method: str) -> dict:
+        """{name: what method() returned, or the exception (a timeout, a dead actor)} of every actor."""
         refs = {}
         for name, h in self.handles().items():
             try:
@@ -81,7 +94,7 @@ class ActorProbe:
     def drain_all(self, log: "spans.SpanLog") -> list[str]:
         """Drain every actor's spans into log; returns the names of the actors that did not answer."""
         silent = []
-        for name, got in self._ask("drain_spans").items():
+        for name, got in self.ask("drain_spans").items():
             if isinstance(got, dict):
                 log.add(name, got)
             else:
@@ -90,7 +103,7 @@ class ActorProbe:
 
     def stacks_all(self) -> dict[str, str]:
         return {name: got if isinstance(got, str) else f"(no stacks: {type(got).__name__}: {got})"
-                for name, got in self._ask("stacks").items()}
+                for name, got in self.ask("stacks").items()}
 
 
 def make_poll(log: "spans.SpanLog", probe: ActorProbe | None = None):
@@ -100,3 +113,70 @@ def make_poll(log: "spans.SpanLog", probe: ActorProbe | None = None):
         log.add(spans.recorder().actor, spans.drain())
         return probe.drain_all(log) if probe is not None else []
     return poll
+
+
+class RunObserver:
+    """The driver's whole side, in one object: the spans file, the stall watchdog, the actors'
+    figures and the sample fates.
+
+        obs = RunObserver(run_dir, cfg.log, actors=lambda: {"engine-0": h0, "trainer-0": t0})
+        ...                                   # each step:
+        metrics.update(obs.step_figures())   # memory/<actor>/..., engine/<actor>/...
+        obs.fates.add(version, "trained", n)  # as the step settles its samples' fates
+        metrics.update(obs.end_step(step))   # fates/<fate>; spans and fates written
+        ...
+        obs.close()                           # however the run ends
+    """
+
+    def __init__(self, run_dir: str, log_cfg, actors=None, timeout_s: float = 10.0, err=None):
+        from rlvr.train.figures import SampleFates
+        from rlvr.train.watchdog import Watchdog
+
+        self.enabled = bool(getattr(log_cfg, "spans", True))
+        spans.recorder().enabled = self.enabled
+        self.log = spans.SpanLog(run_dir, log_cfg.spans_full_mb, log_cfg.spans_sample_every)
+        self.probe = ActorProbe(actors if actors is not None else {}, timeout_s)
+        self.poll = make_poll(self.log, self.probe)
+        self.fates = SampleFates()
+        self._fates = open(os.path.join(run_dir, "traces", "fates.jsonl"), "ab")
+        self.watchdog = None
+        if self.enabled and log_cfg.stall_s > 0:
+            self.watchdog = Watchdog(run_dir, log_cfg.stall_s, self.log, stacks=self.probe.stacks_all,
+                                     poll=self.poll, err=err).start()
+
+    def step_figures(self) -> dict:
+        """Every actor's memory and engine statistics as trace metrics (an actor that does not
+        answer is left out)."""
+        from rlvr.train.figures import actor_figures
+
+        out = {}
+        for name, got in self.probe.ask("observe_figures").items():
+            if isinstance(got, dict):
+                out.update(actor_figures(name, got.get("memory") or {}, got.get("engine")))
+        return out
+
+    def end_step(self, step: int) -> dict:
+        """Drain the spans (when no watchdog thread does), write the step's outlines and its fates
+        per version; returns the step's fates/<fate> metrics."""
+        import orjson
+
+        if self.enabled and self.watchdog is None:
+            self.poll()
+        self.log.end_step(step)
+        m = self.fates.metrics()
+        rows = self.fates.take(step)
+        if rows:
+            self._fates.write(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+            self._fates.flush()
+        return m
+
+    def close(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.stop()
+        if self.enabled:
+            try:
+                self.poll()
+            except Exception:  # noqa: BLE001 - the actors may be gone already
+                pass
+        self.log.close()
+        self._fates.close()

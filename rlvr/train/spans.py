@@ -49,18 +49,28 @@ def _ids(ids) -> tuple[list | None, int | None]:
     return ids, None
 
 
+MAX_HELD = 200_000
+"""Closed spans a recorder holds between two drains; past it the oldest go (counted in `dropped`),
+so a process nobody drains stays bounded."""
+
+
 class Recorder:
-    """The spans of one process: open ones by token, closed ones until drained. Thread-safe."""
+    """The spans of one process: open ones by token, closed ones until drained. Thread-safe.
+    `enabled = False` (log.spans: false) makes begin/end do nothing."""
 
     def __init__(self, actor: str = "driver", clock=time.time):
         self.actor = actor
         self.clock = clock
+        self.enabled = True
+        self.dropped = 0
         self._lock = threading.Lock()
         self._open: dict[int, dict] = {}
         self._closed: list[dict] = []
         self._tokens = itertools.count()
 
-    def begin(self, kind: str, step: int | None = None, version: int | None = None, ids=None, **extra) -> int:
+    def begin(self, kind: str, step: int | None = None, version: int | None = None, ids=None, **extra) -> int | None:
+        if not self.enabled:
+            return None
         rec = {"actor": self.actor, "kind": kind, "start": self.clock(), "step": step, "version": version}
         ids, n = _ids(ids)
         if ids is not None:
@@ -74,7 +84,9 @@ class Recorder:
             self._open[tok] = rec
         return tok
 
-    def end(self, token: int, **extra) -> dict | None:
+    def end(self, token: int | None, **extra) -> dict | None:
+        if token is None:
+            return None
         t = self.clock()
         with self._lock:
             rec = self._open.pop(token, None)
@@ -84,6 +96,10 @@ class Recorder:
             if extra:
                 rec.update(extra)
             self._closed.append(rec)
+            if len(self._closed) > MAX_HELD:
+                cut = len(self._closed) - MAX_HELD // 2
+                del self._closed[:cut]
+                self.dropped += cut
         return rec
 
     def span(self, kind: str, step: int | None = None, version: int | None = None, ids=None, **extra) -> "_Span":
@@ -120,9 +136,10 @@ def recorder() -> Recorder:
     return _recorder
 
 
-def set_actor(name: str) -> Recorder:
-    """Name this process's spans (an actor calls it once, when it starts)."""
+def set_actor(name: str, enabled: bool = True) -> Recorder:
+    """Name this process's spans (an actor calls it once, when it starts); enabled False: record none."""
     _recorder.actor = name
+    _recorder.enabled = enabled
     return _recorder
 
 
