@@ -688,8 +688,14 @@ share of the groups drawn whose rewards were all equal; token staleness: mean po
 
   if (DATA.live) {
     var liveEl = document.getElementById("live"), stamp = DATA.live.stamp;
-    liveEl.textContent = "live: built " + new Date().toLocaleTimeString() + ", checked every " + DATA.live.interval_s + " s";
+    var follow = document.createElement("input"); follow.type = "checkbox"; follow.id = "follow";
+    follow.checked = sessionStorage.getItem("rlvr-follow") !== "0";
+    follow.addEventListener("change", function () { sessionStorage.setItem("rlvr-follow", follow.checked ? "1" : "0"); });
+    var fl = document.createElement("label"); fl.appendChild(follow); fl.appendChild(document.createTextNode(" follow the run"));
+    liveEl.textContent = "live: built " + new Date().toLocaleTimeString() + ", checked every " + DATA.live.interval_s + " s ";
+    liveEl.appendChild(fl);
     setInterval(function () {
+      if (!follow.checked) return;
       fetch("stamp", {cache: "no-store"}).then(function (r) { return r.ok ? r.text() : null; }).then(function (t) {
         if (t && t !== stamp) { stamp = t; location.reload(); }
       }).catch(function () { liveEl.textContent = "live: the server does not answer (the run's page as last seen)"; });
