@@ -17,9 +17,15 @@ What a run contributes (read-only; a run still training is read as it is):
   name (step_000100, <run>_step100). rlvr.eval.table reads them, as rlvr-eval --table does.
 - pass@k curves from the summaries' pass@k metrics (first and last evaluated step).
 - config.yaml and run.json: model, data, status, commit.
+- what the run did inside (rlvr.report_timeline): the timeline of traces/spans.jsonl for a
+  chosen step range (each actor a lane, spans coloured by kind, details on hover), the step
+  time per kind over the run, the figures of the trace (MFU, tokens/s, memory per actor, the
+  engines' statistics, queue times, sample fates), the fates per policy version
+  (traces/fates.jsonl) and the stall reports (RUN/stalls/).
 
-The page is self-contained (inline CSS, SVG drawn by a small inline script, the data as JSON
-in the page), needs no server and no network; several runs are overlaid in one colour each.
+The page is self-contained (inline CSS, SVG and a canvas drawn by a small inline script, the
+data as JSON in the page), needs no server and no network; several runs are overlaid in one
+colour each. rlvr.report_serve serves the same page live (rlvr-report --serve).
 """
 
 from __future__ import annotations
@@ -54,6 +60,8 @@ TRAINING = (
     ("step time (s)", ("time/step_s",)),
     ("samples/s", ("throughput/samples_per_s",)),
 )
+# the figures of a step (rlvr.train.figures): a chart per metric, a series per run (and actor)
+FIGURES = ("mfu/", "throughput/", "memory/", "engine/", "queue/", "fates/")
 _STEP_RE = (re.compile(r"(?:^|[/_\-])step_?0*(\d+)(?:$|[/_\-])"), re.compile(r"_step0*(\d+)"))
 
 
@@ -228,7 +236,10 @@ def _round(v: float) -> float:
     return float(f"{v:.6g}")
 
 
-def run_data(run_dir: str, label: str, color: str, max_points: int, extra_evals: list[str], only_run: bool) -> dict:
+def run_data(run_dir: str, label: str, color: str, max_points: int, extra_evals: list[str], only_run: bool,
+             steps: tuple[int | None, int | None] = (None, None), max_spans: int = 200_000) -> dict:
+    from rlvr.report_timeline import run_view
+
     path = os.path.join(run_dir, "traces", "trace.jsonl")
     if not os.path.isdir(run_dir):
         raise Failure(f"{run_dir}: no such run folder")
@@ -255,7 +266,7 @@ def run_data(run_dir: str, label: str, color: str, max_points: int, extra_evals:
             "trace lines": td.lines}
     series = {k: [[_round(x), _round(y)] for x, y in pts] for k, pts in td.series.items() if not k.startswith("val/")}
     return {"name": label, "path": os.path.abspath(run_dir), "color": color, "series": series,
-            "summary": summary, "info": info, "evals": evals}
+            "summary": summary, "info": info, "evals": evals, "view": run_view(run_dir, steps, max_spans)}
 
 
 def _cell(v) -> str:
@@ -276,8 +287,12 @@ def _table(runs: list[dict], key: str) -> str:
     return f'<table class="{key}">{head}{body}</table>'
 
 
-def render(runs: list[dict], title: str) -> bytes:
-    payload = {"runs": runs, "training": [[t, list(c)] for t, c in TRAINING]}
+def render(runs: list[dict], title: str, live: dict | None = None) -> bytes:
+    from rlvr.train.figures import FATES
+    from rlvr.train.spans import KINDS
+
+    payload = {"runs": runs, "training": [[t, list(c)] for t, c in TRAINING], "figures": list(FIGURES),
+               "kinds": list(KINDS), "fates": list(FATES), "live": live}
     data = orjson.dumps(payload).replace(b"</", b"<\\/")   # never closes the script element early
     page = (_PAGE.replace("@TITLE@", html.escape(title))
             .replace("@SUMMARY@", _table(runs, "summary"))
@@ -287,17 +302,29 @@ def render(runs: list[dict], title: str) -> bytes:
     return head.encode() + data + tail.encode()
 
 
-def build_report(run_dirs: list[str], out: str, labels: list[str] | None = None, title: str | None = None,
-                 max_points: int = MAX_POINTS, evals: list[str] | None = None) -> str:
-    """Write the report page of run_dirs to `out` (atomically); returns out."""
-    from rlvr.records import atomic_file
-
+def page_bytes(run_dirs: list[str], labels: list[str] | None = None, title: str | None = None,
+               max_points: int = MAX_POINTS, evals: list[str] | None = None,
+               steps: tuple[int | None, int | None] = (None, None), max_spans: int = 200_000,
+               live: dict | None = None) -> bytes:
+    """The report page of run_dirs; `steps` chooses the timeline's step range (inclusive, None:
+    open), `max_spans` caps the spans it holds; `live` ({"interval_s", "stamp"}) makes the page
+    poll its server (rlvr.report_serve)."""
     labels = list(labels or [])
     runs = []
     for i, rd in enumerate(run_dirs):
         label = labels[i] if i < len(labels) else os.path.basename(os.path.normpath(rd))
-        runs.append(run_data(rd, label, PALETTE[i % len(PALETTE)], max_points, list(evals or []), len(run_dirs) == 1))
-    page = render(runs, title or "rlvr report: " + ", ".join(r["name"] for r in runs))
+        runs.append(run_data(rd, label, PALETTE[i % len(PALETTE)], max_points, list(evals or []), len(run_dirs) == 1,
+                             steps, max_spans))
+    return render(runs, title or "rlvr report: " + ", ".join(r["name"] for r in runs), live)
+
+
+def build_report(run_dirs: list[str], out: str, labels: list[str] | None = None, title: str | None = None,
+                 max_points: int = MAX_POINTS, evals: list[str] | None = None,
+                 steps: tuple[int | None, int | None] = (None, None), max_spans: int = 200_000) -> str:
+    """Write the report page of run_dirs to `out` (atomically); returns out."""
+    from rlvr.records import atomic_file
+
+    page = page_bytes(run_dirs, labels, title, max_points, evals, steps, max_spans)
     with atomic_file(out) as fh:
         fh.write(page)
     return out
@@ -321,14 +348,25 @@ table { border-collapse: collapse; font-size: 13px; margin: 6px 0; }
 th, td { border: 1px solid #ddd; padding: 4px 8px; text-align: right; } th { background: #f6f6f6; }
 td:first-child, th:first-child { text-align: left; }
 .swatch { display: inline-block; width: 10px; height: 10px; margin-right: 6px; border-radius: 2px; }
-.grid { display: flex; flex-wrap: wrap; gap: 12px; }
-.chart { border: 1px solid #e3e3e3; border-radius: 4px; padding: 6px; width: 420px; }
+.grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(400px, 1fr)); gap: 12px; }
+.chart { border: 1px solid #e3e3e3; border-radius: 4px; padding: 6px; min-width: 0; }
 .chart h3 { font-size: 13px; margin: 0 0 4px; font-weight: 600; }
-.chart svg { display: block; }
+.chart svg { display: block; width: 100%; height: auto; }
+h3.sub { font-size: 14px; margin: 18px 0 6px; }
+.timeline { border: 1px solid #e3e3e3; border-radius: 4px; padding: 6px; margin-bottom: 12px; position: relative; }
+.timeline h3 { font-size: 13px; margin: 0 0 4px; font-weight: 600; }
+.tl-row { display: flex; } .tl-lanes { flex: none; font-size: 11px; padding-right: 6px; }
+.tl-lanes .lane { height: 18px; line-height: 18px; white-space: nowrap; text-align: right; }
+.tl-plot { flex: 1; min-width: 0; } .tl-plot canvas { display: block; }
+.tl-controls { font-size: 12px; margin: 4px 0; } .tl-controls input { width: 70px; font-size: 12px; }
+.tip { position: absolute; pointer-events: none; background: #fffff0; border: 1px solid #999; font-size: 11px;
+       padding: 3px 6px; white-space: pre; display: none; z-index: 2; }
+details.stall { font-size: 12px; margin: 4px 0; } details.stall pre { max-height: 400px; overflow: auto; background: #f8f8f8; padding: 6px; }
+.live { font-size: 12px; color: #2ca02c; }
 .legend { font-size: 11px; color: #444; margin-top: 2px; }
 .legend span { margin-right: 10px; white-space: nowrap; }
 .readout { font-size: 11px; color: #555; min-height: 14px; }
-.note { color: #666; font-size: 12px; }
+.note { color: #666; font-size: 12px; } .grid > p.note { grid-column: 1 / -1; }
 ul.paths { font-size: 12px; color: #555; }
 select { font-size: 13px; }
 </style></head>
@@ -341,6 +379,18 @@ select { font-size: 13px; }
 share of the groups drawn whose rewards were all equal; token staleness: mean policy-version lag of the trained samples.</p>
 <h2>Training</h2>
 <div class="grid" id="training"></div>
+<h2>Inside the run</h2>
+<p class="live" id="live"></p>
+<h3 class="sub">Timeline</h3>
+<div id="timelines"></div>
+<h3 class="sub">Step time by kind (seconds during which a span of the kind was open)</h3>
+<div class="grid" id="breakdown"></div>
+<h3 class="sub">Figures: MFU, tokens/s, memory, engines, queue times, sample fates</h3>
+<div class="grid" id="figures"></div>
+<h3 class="sub">Sample fates per policy version</h3>
+<div class="grid" id="fatechart"></div>
+<h3 class="sub">Stall reports</h3>
+<div id="stalls"></div>
 <h2>Evaluation per checkpoint</h2>
 <div class="grid" id="evaluation"></div>
 <h2>pass@k</h2>
@@ -365,11 +415,12 @@ share of the groups drawn whose rewards were all equal; token staleness: mean po
     if (parent) parent.appendChild(e);
     return e;
   }
-  function ticks(lo, hi, n) {
+  function ticks(lo, hi, n, integer) {
     if (!(hi > lo)) { var d = Math.abs(lo) || 1; lo -= d / 2; hi += d / 2; }
     var step = Math.pow(10, Math.floor(Math.log10((hi - lo) / n)));
     var err = (hi - lo) / n / step;
     if (err >= 7.5) step *= 10; else if (err >= 3.5) step *= 5; else if (err >= 1.5) step *= 2;
+    if (integer && step < 1) step = 1;
     var out = [], start = Math.ceil(lo / step) * step;
     for (var v = start; v <= hi + step * 1e-9; v += step) out.push(Math.abs(v) < step * 1e-9 ? 0 : v);
     return {lo: lo, hi: hi, ticks: out};
@@ -390,7 +441,7 @@ share of the groups drawn whose rewards were all equal; token staleness: mean po
     series.forEach(function (s) { s.points.forEach(function (p) { xs.push(tx(p[0])); ys.push(p[1]); }); });
     var xmin = Math.min.apply(null, xs), xmax = Math.max.apply(null, xs);
     var ymin = Math.min.apply(null, ys), ymax = Math.max.apply(null, ys);
-    var xt = ticks(xmin, xmax, 5), yt = ticks(ymin, ymax, 4);
+    var xt = ticks(xmin, xmax, 5, xlabel === "step" || xlabel === "policy version"), yt = ticks(ymin, ymax, 4);
     var sx = function (x) { return L + (tx(x) - xt.lo) / (xt.hi - xt.lo) * (W - L - R); };
     var sy = function (y) { return T + (1 - (y - yt.lo) / (yt.hi - yt.lo)) * (H - T - B); };
     var svg = el("svg", {width: W, height: H, viewBox: "0 0 " + W + " " + H});
@@ -424,7 +475,7 @@ share of the groups drawn whose rewards were all equal; token staleness: mean po
     box.appendChild(svg);
     var readout = document.createElement("div"); readout.className = "readout"; box.appendChild(readout);
     svg.addEventListener("mousemove", function (ev) {
-      var r = svg.getBoundingClientRect(), px = ev.clientX - r.left, parts = [];
+      var r = svg.getBoundingClientRect(), px = (ev.clientX - r.left) * W / (r.width || W), parts = [];
       series.forEach(function (s) {
         var best = null;
         s.points.forEach(function (p) { if (best === null || Math.abs(sx(p[0]) - px) < Math.abs(sx(best[0]) - px)) best = p; });
@@ -461,6 +512,195 @@ share of the groups drawn whose rewards were all equal; token staleness: mean po
     if (chart(training, panel[0] + (names.length ? " (" + names.join(", ") + ")" : ""), series, "step")) nTraining++;
   });
   if (!nTraining) empty(training, "No training metrics yet.");
+
+  // ---- inside the run: timeline, step time by kind, figures, fates, stalls
+  var KCOL = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
+              "#bab0ac", "#86bcb6", "#d37295", "#b6992d", "#499894", "#79706e"];
+  function kindColor(kind) {
+    var j = DATA.kinds.indexOf(kind);
+    if (j < 0) { var h = 0; for (var i = 0; i < kind.length; i++) h = (h * 31 + kind.charCodeAt(i)) >>> 0; j = h; }
+    return KCOL[j % KCOL.length];
+  }
+  function div(cls, parent, text) {
+    var d = document.createElement("div"); if (cls) d.className = cls;
+    if (text !== undefined) d.textContent = text; if (parent) parent.appendChild(d); return d;
+  }
+  var spansDrawn = 0, LH = 18, AX = 16;
+  function timeline(parent, run) {
+    var tl = run.view.timeline, S = tl.spans, n = S.a.length;
+    if (!n) return false;
+    var box = div("timeline", parent); box.setAttribute("data-run", run.name);
+    box.setAttribute("data-last-step", tl.steps ? String(tl.steps[1]) : "");
+    var h = document.createElement("h3"); box.appendChild(h);
+    var ctl = div("tl-controls", box), lo0 = tl.steps ? tl.steps[0] : 0, hi0 = tl.steps ? tl.steps[1] : 0;
+    var kept = /steps=(-?\d+):(-?\d+)/.exec(location.hash);   // a range chosen before a (live) reload
+    if (kept) { lo0 = Number(kept[1]); hi0 = Number(kept[2]); }
+    ctl.appendChild(document.createTextNode("steps "));
+    var from = document.createElement("input"), to = document.createElement("input");
+    from.type = to.type = "number"; from.value = lo0; to.value = hi0; from.className = "from"; to.className = "to";
+    ctl.appendChild(from); ctl.appendChild(document.createTextNode(" to ")); ctl.appendChild(to);
+    var btn = document.createElement("button"); btn.textContent = "draw"; ctl.appendChild(btn);
+    var row = div("tl-row", box), lanes = div("tl-lanes", row), plot = div("tl-plot", row);
+    var laneEls = tl.actors.map(function (a) { var d = div("lane", lanes, a); d.setAttribute("data-actor", a); return d; });
+    var canvas = document.createElement("canvas"); plot.appendChild(canvas);
+    var lg = div("legend", box);
+    tl.kinds.forEach(function (k) {
+      var sp = document.createElement("span"), sw = document.createElement("span");
+      sw.className = "swatch"; sw.style.background = kindColor(k); sp.appendChild(sw);
+      sp.appendChild(document.createTextNode(k)); lg.appendChild(sp);
+    });
+    var tip = div("tip", box), cur = {idx: [], t0: 0, t1: 1, w: 1};
+    function draw(lo, hi) {
+      var idx = [], t0 = Infinity, t1 = -Infinity, counts = tl.actors.map(function () { return 0; });
+      for (var i = 0; i < n; i++) {
+        var st = S.st[i];
+        if (st !== null && (st < lo || st > hi)) continue;
+        idx.push(i); counts[S.a[i]]++;
+        if (S.s[i] < t0) t0 = S.s[i]; if (S.e[i] > t1) t1 = S.e[i];
+      }
+      if (!(t1 > t0)) { t0 = isFinite(t0) ? t0 : 0; t1 = t0 + 1; }
+      var w = Math.max(200, plot.clientWidth || 800), hgt = tl.actors.length * LH + AX, dpr = window.devicePixelRatio || 1;
+      canvas.width = w * dpr; canvas.height = hgt * dpr; canvas.style.width = w + "px"; canvas.style.height = hgt + "px";
+      var ctx = canvas.getContext("2d"); ctx.scale(dpr, dpr); ctx.clearRect(0, 0, w, hgt);
+      for (var l = 0; l < tl.actors.length; l++) { ctx.fillStyle = l % 2 ? "#fafafa" : "#f2f2f2"; ctx.fillRect(0, l * LH, w, LH); }
+      var sc = w / (t1 - t0), colors = tl.kinds.map(kindColor);
+      idx.forEach(function (i) {
+        ctx.globalAlpha = S.n[i] > 1 ? 0.55 : 0.9; ctx.fillStyle = colors[S.k[i]];
+        ctx.fillRect((S.s[i] - t0) * sc, S.a[i] * LH + 2, Math.max(1, (S.e[i] - S.s[i]) * sc), LH - 4);
+      });
+      ctx.globalAlpha = 1; ctx.fillStyle = "#555"; ctx.font = "10px sans-serif";
+      var xt = ticks(0, t1 - t0, 6);
+      xt.ticks.forEach(function (v) {
+        var x = v * sc; if (x < 0 || x > w - 10) return;
+        ctx.fillRect(x, tl.actors.length * LH, 1, 4); ctx.fillText(fmt(v) + " s", x + 2, tl.actors.length * LH + 12);
+      });
+      laneEls.forEach(function (d, j) { d.setAttribute("data-count", String(counts[j])); });
+      spansDrawn += idx.length - cur.idx.length;
+      cur = {idx: idx, t0: t0, t1: t1, w: w};
+      box.setAttribute("data-spans", String(idx.length));
+      h.textContent = run.name + ": " + idx.length + " spans, steps " + lo + " to " + hi +
+        (tl.total > n ? " (the latest " + n + " of " + tl.total + " spans in the page)" : "");
+      document.documentElement.setAttribute("data-spans", String(spansDrawn));
+    }
+    btn.addEventListener("click", function () {
+      draw(Number(from.value), Number(to.value));
+      history.replaceState(null, "", "#steps=" + Number(from.value) + ":" + Number(to.value));
+    });
+    canvas.addEventListener("mousemove", function (ev) {
+      var r = canvas.getBoundingClientRect(), px = ev.clientX - r.left, py = ev.clientY - r.top;
+      var lane = Math.floor(py / LH), t = cur.t0 + px / cur.w * (cur.t1 - cur.t0), tol = 3 / cur.w * (cur.t1 - cur.t0);
+      var best = -1;
+      cur.idx.forEach(function (i) {
+        if (S.a[i] === lane && S.s[i] <= t + tol && S.e[i] >= t - tol &&
+            (best < 0 || S.e[i] - S.s[i] < S.e[best] - S.s[best])) best = i;
+      });
+      if (best < 0) { tip.style.display = "none"; return; }
+      var b = best;
+      tip.textContent = tl.actors[S.a[b]] + ": " + tl.kinds[S.k[b]] + "\nstep " + S.st[b] + ", policy version " + S.v[b] +
+        "\nstart +" + fmt(S.s[b]) + " s, " + fmt(S.e[b] - S.s[b]) + " s" + (S.n[b] > 1 ? "\noutline of " + S.n[b] + " spans" : "") +
+        (S.ids[b] ? "\nids " + S.ids[b] : "");
+      var br = box.getBoundingClientRect();
+      tip.style.left = (ev.clientX - br.left + 12) + "px"; tip.style.top = (ev.clientY - br.top + 12) + "px";
+      tip.style.display = "block";
+    });
+    canvas.addEventListener("mouseleave", function () { tip.style.display = "none"; });
+    draw(lo0, hi0);
+    return true;
+  }
+  var timelines = document.getElementById("timelines"), nTl = 0;
+  runs.forEach(function (r) { if (r.view && timeline(timelines, r)) nTl++; });
+  if (!nTl) empty(timelines, "No spans (traces/spans.jsonl) in the chosen steps.");
+  document.documentElement.setAttribute("data-spans", String(spansDrawn));
+
+  var breakdownEl = document.getElementById("breakdown"), nBd = 0;
+  runs.forEach(function (r) {
+    var bd = r.view ? r.view.breakdown : null;
+    if (!bd || !bd.steps.length) return;
+    var series = bd.kinds.map(function (k) {
+      return {name: k, color: kindColor(k), points: bd.steps.map(function (s, j) { return [s, bd.seconds[k][j]]; })};
+    });
+    if (chart(breakdownEl, r.name + ": seconds per step", series, "step")) nBd++;
+  });
+  if (!nBd) empty(breakdownEl, "No spans with steps yet.");
+
+  var figuresEl = document.getElementById("figures"), groups = {}, glist = [];
+  runs.forEach(function (r) {
+    Object.keys(r.series).sort().forEach(function (k) {
+      if (!DATA.figures.some(function (p) { return k.indexOf(p) === 0; })) return;
+      var parts = k.split("/"), g = k, who = r.name;
+      if (parts.length >= 3) { g = parts[0] + "/*/" + parts.slice(2).join("/"); who = r.name + " " + parts[1]; }
+      if (!(g in groups)) { groups[g] = []; glist.push(g); }
+      groups[g].push({name: who, color: r.color, points: r.series[k], dash: groups[g].length % 2 === 1});
+    });
+  });
+  glist.forEach(function (g) { chart(figuresEl, g, groups[g], "step"); });
+  if (!glist.length) empty(figuresEl, "No figures in the trace (mfu/, throughput/, memory/, engine/, queue/, fates/).");
+
+  var FCOL = {trained: "#59a14f", zero_variance: "#edc948", stale: "#e15759", timed_out: "#b07aa1", masked: "#bab0ac"};
+  function fateChart(parent, run) {
+    var rows = run.view ? run.view.fates : [];
+    if (!rows.length) return false;
+    var box = div("chart", parent); var hh = document.createElement("h3"); hh.textContent = run.name + ": samples per policy version"; box.appendChild(hh);
+    var svg = el("svg", {width: W, height: H, viewBox: "0 0 " + W + " " + H}), top = 0;
+    rows.forEach(function (r) { var t = 0; DATA.fates.forEach(function (f) { t += r[f] || 0; }); if (t > top) top = t; });
+    var yt = ticks(0, top || 1, 4), bw = (W - L - R) / rows.length;
+    var sy = function (y) { return T + (1 - (y - yt.lo) / (yt.hi - yt.lo)) * (H - T - B); };
+    yt.ticks.forEach(function (v) {
+      el("line", {x1: L, x2: W - R, y1: sy(v), y2: sy(v), stroke: "#eee"}, svg);
+      el("text", {x: L - 4, y: sy(v) + 3, "text-anchor": "end", "font-size": 10, fill: "#555"}, svg).textContent = fmt(v);
+    });
+    var every = Math.max(1, Math.ceil(rows.length / 12));
+    rows.forEach(function (r, i) {
+      var acc = 0, x = L + i * bw;
+      DATA.fates.forEach(function (f) {
+        var v = r[f] || 0; if (!v) return;
+        var rect = el("rect", {x: x + bw * 0.1, width: Math.max(1, bw * 0.8), y: sy(acc + v), height: sy(acc) - sy(acc + v),
+                               fill: FCOL[f] || "#888", "class": "fate-bar", "data-version": r.policy_version, "data-fate": f}, svg);
+        el("title", {}, rect).textContent = "version " + r.policy_version + ": " + v + " " + f;
+        acc += v;
+      });
+      if (i % every === 0) el("text", {x: x + bw / 2, y: H - B + 13, "text-anchor": "middle", "font-size": 10, fill: "#555"}, svg).textContent = r.policy_version;
+    });
+    el("text", {x: (L + W - R) / 2, y: H - 3, "text-anchor": "middle", "font-size": 10, fill: "#333"}, svg).textContent = "policy version";
+    box.appendChild(svg);
+    var lg = div("legend", box);
+    DATA.fates.forEach(function (f) {
+      var sp = document.createElement("span"), sw = document.createElement("span");
+      sw.className = "swatch"; sw.style.background = FCOL[f]; sp.appendChild(sw); sp.appendChild(document.createTextNode(f)); lg.appendChild(sp);
+    });
+    return true;
+  }
+  var fateEl = document.getElementById("fatechart"), nF = 0;
+  runs.forEach(function (r) { if (fateChart(fateEl, r)) nF++; });
+  if (!nF) empty(fateEl, "No sample fates (traces/fates.jsonl).");
+
+  var stallsEl = document.getElementById("stalls"), nS = 0;
+  runs.forEach(function (r) {
+    (r.view ? r.view.stalls : []).forEach(function (st) {
+      var d = document.createElement("details"); d.className = "stall";
+      var sm = document.createElement("summary"); sm.textContent = r.name + " " + st.name + ": " + st.text.split("\n")[0];
+      var pre = document.createElement("pre"); pre.textContent = st.text;
+      d.appendChild(sm); d.appendChild(pre); stallsEl.appendChild(d); nS++;
+    });
+  });
+  if (!nS) empty(stallsEl, "No stall reports.");
+  document.documentElement.setAttribute("data-stalls", String(nS));
+
+  if (DATA.live) {
+    var liveEl = document.getElementById("live"), stamp = DATA.live.stamp;
+    var follow = document.createElement("input"); follow.type = "checkbox"; follow.id = "follow";
+    follow.checked = sessionStorage.getItem("rlvr-follow") !== "0";
+    follow.addEventListener("change", function () { sessionStorage.setItem("rlvr-follow", follow.checked ? "1" : "0"); });
+    var fl = document.createElement("label"); fl.appendChild(follow); fl.appendChild(document.createTextNode(" follow the run"));
+    liveEl.textContent = "live: built " + new Date().toLocaleTimeString() + ", checked every " + DATA.live.interval_s + " s ";
+    liveEl.appendChild(fl);
+    setInterval(function () {
+      if (!follow.checked) return;
+      fetch("stamp", {cache: "no-store"}).then(function (r) { return r.ok ? r.text() : null; }).then(function (t) {
+        if (t && t !== stamp) { stamp = t; location.reload(); }
+      }).catch(function () { liveEl.textContent = "live: the server does not answer (the run's page as last seen)"; });
+    }, DATA.live.interval_s * 1000);
+  }
 
   // evaluation per checkpoint: one chart per (task, metric), a series per run and source
   var evaluation = document.getElementById("evaluation"), keys = [], byKey = {};

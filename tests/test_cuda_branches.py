@@ -73,6 +73,8 @@ BRANCHES = [
      "tests/test_cuda_branches.py::test_nccl_sender_builds_vllms_nccl_trainer_engine"),
     ("rlvr/runs.py", "_devices", "the run manifest names the CUDA devices",
      "tests/test_cuda_branches.py::test_run_manifest_names_the_cuda_devices"),
+    ("rlvr/train/figures.py", "memory", "a CUDA device: torch's peak allocated/reserved, then the peaks reset",
+     "tests/test_cuda_branches.py::test_peak_memory_on_cuda_reads_and_resets_torchs_peaks"),
 ]
 
 _WORD = re.compile(r"\b(cuda|nccl)\b")
@@ -418,3 +420,15 @@ def test_run_manifest_names_the_cuda_devices(monkeypatch):
     CudaRecorder().install(monkeypatch, available=False)
     assert "cuda" not in runs._devices()
 
+
+
+# --- rlvr.train.figures --------------------------------------------------------------------
+
+def test_peak_memory_on_cuda_reads_and_resets_torchs_peaks(monkeypatch):
+    from rlvr.train.figures import memory
+
+    rec = CudaRecorder(allocated=3 * 2**30, reserved=5 * 2**30).install(monkeypatch)
+    assert memory("cuda:0") == {"allocated_gb": 3.0, "reserved_gb": 5.0}
+    assert rec.events == ["max_memory_allocated", "max_memory_reserved", "reset_peak_memory_stats"]
+    rec.events.clear()
+    assert set(memory("cpu")) == {"rss_gb"} and rec.events == []

@@ -214,3 +214,236 @@ def test_all_correct_and_all_wrong_group_shares():
     assert group_outcome(g([0.5, 0.5], ["wrong", "wrong"])) == "all_wrong"     # partial credit is not correct
     assert group_outcome(g([1.0, 1.0])) == "all_correct" and group_outcome(g([0.0, 0.0])) == "all_wrong"
     assert group_outcome(g([0.5, 0.5])) == "mixed"                            # no verdicts, no clear outcome
+
+
+# --------------------------------------------------------------------------- inside the run
+
+
+def make_spans(run, steps: int, per: int, t0: float = 1.7e9, first: int = 1) -> dict:
+    """A synthetic traces/spans.jsonl (appended to): per step a driver step span, `per` generate
+    spans on each of two engines, `per` verify spans, the trainer's three phases and a weight
+    load. Returns the count of spans written per actor."""
+    counts: dict[str, int] = {}
+    t = t0 + (first - 1) * 10
+
+    def w(fh, rec):
+        counts[rec["actor"]] = counts.get(rec["actor"], 0) + 1
+        fh.write(orjson.dumps(rec) + b"\n")
+
+    with open(os.path.join(run, "traces", "spans.jsonl"), "ab") as fh:
+        for s in range(first, first + steps):
+            w(fh, {"actor": "driver", "kind": "step", "start": t, "end": t + 10, "step": s, "version": s - 1})
+            for e in range(2):
+                for i in range(per):
+                    a = t + i * 5 / per
+                    w(fh, {"actor": f"engine-{e}", "kind": "generate", "start": a, "end": a + 4 / per, "step": s,
+                           "version": s - 1, "ids": [f"p{s}-{i}-{j}" for j in range(8)]})
+            for i in range(per):
+                a = t + 5 + i * 2 / per
+                w(fh, {"actor": "verifier", "kind": "verify", "start": a, "end": a + 1.5 / per, "step": s,
+                       "version": s - 1})
+            for k, (a, b) in (("pi_old", (6, 7)), ("forward_backward", (7, 9)), ("optimizer", (9, 9.5))):
+                w(fh, {"actor": "trainer-0", "kind": k, "start": t + a, "end": t + b, "step": s, "version": s - 1})
+            w(fh, {"actor": "engine-0", "kind": "weight_load", "start": t + 9.6, "end": t + 9.9, "step": s,
+                   "version": s})
+            t += 10
+    return counts
+
+
+def inside_run(tmp_path, steps=6, per=5):
+    run = make_run(tmp_path, "inside", steps=steps, evals=False)
+    counts = make_spans(run, steps, per)
+    with open(os.path.join(run, "traces", "fates.jsonl"), "wb") as fh:
+        for s in range(1, steps + 1):
+            for v in (s - 1, s - 2):
+                if v >= 0:
+                    fh.write(orjson.dumps({"step": s, "policy_version": v, "trained": 10 if v == s - 1 else 2,
+                                           "zero_variance": 4, "stale": 1 if v == s - 2 else 0, "timed_out": 0,
+                                           "masked": 0}) + b"\n")
+    os.makedirs(os.path.join(run, "stalls"))
+    with open(os.path.join(run, "stalls", "20261129-040000.txt"), "w") as fh:
+        fh.write("no span ended for 700 s (log.stall_s 600); waiting on engine-1 (generate step 3 open for 690 s)\n")
+    return run, counts
+
+
+def test_the_page_holds_the_timeline_breakdown_fates_and_stalls(tmp_path):
+    run, counts = inside_run(tmp_path)
+    out = tmp_path / "p.html"
+    assert invoke("rlvr-report", [run, "-o", str(out)]).code == 0
+    view = page_data(out)["runs"][0]["view"]
+    tl = view["timeline"]
+    assert tl["actors"] == ["driver", "trainer-0", "engine-0", "engine-1", "verifier"]
+    assert tl["kinds"] == ["generate", "verify", "pi_old", "forward_backward", "optimizer", "weight_load", "step"]
+    S = tl["spans"]
+    assert len(S["a"]) == tl["total"] == sum(counts.values()) and tl["steps"] == [1, 6]
+    assert {a: S["a"].count(i) for i, a in enumerate(tl["actors"])} == counts
+    assert S["s"] == sorted(S["s"]) and S["s"][0] == 0.0 and all(e >= s for s, e in zip(S["s"], S["e"]))
+    first_gen = S["k"].index(tl["kinds"].index("generate"))
+    assert S["ids"][first_gen] == "p1-0-0, p1-0-1, p1-0-2, p1-0-3 ..."
+    bd = view["breakdown"]
+    assert bd["steps"] == [1, 2, 3, 4, 5, 6] and "step" not in bd["kinds"]
+    # engine-0 and engine-1 generate at the same times: counted once (5 spans of 0.8 s, 1 s apart)
+    assert bd["seconds"]["generate"] == [pytest.approx(4.0)] * 6
+    assert bd["seconds"]["forward_backward"] == [pytest.approx(2.0)] * 6
+    assert view["fates"][0] == {"policy_version": 0, "trained": 12, "zero_variance": 8, "stale": 1, "timed_out": 0,
+                                "masked": 0}
+    assert [s["name"] for s in view["stalls"]] == ["20261129-040000.txt"]
+    # --steps chooses the timeline's steps (the breakdown stays over the run); --max-spans keeps the latest
+    assert invoke("rlvr-report", [run, "--steps", "2:3", "-o", str(out)]).code == 0
+    tl = page_data(out)["runs"][0]["view"]["timeline"]
+    assert set(tl["spans"]["st"]) == {2, 3} and tl["total"] == sum(counts.values()) // 3
+    assert invoke("rlvr-report", [run, "--steps", "4", "--max-spans", "7", "-o", str(out)]).code == 0
+    tl = page_data(out)["runs"][0]["view"]["timeline"]
+    assert len(tl["spans"]["a"]) == 7 and tl["total"] == sum(counts.values()) // 6 and set(tl["spans"]["st"]) == {4}
+    r = invoke("rlvr-report", [run, "--steps", "a:b", "-o", str(out)])
+    assert r.code == 2 and "--steps" in r.stderr
+
+
+def test_the_timeline_renders_its_lanes_and_spans_in_a_real_browser(tmp_path):
+    run, counts = inside_run(tmp_path, steps=4)
+    out = tmp_path / "p.html"
+    assert invoke("rlvr-report", [run, "-o", str(out)]).code == 0
+    dom = chromium(["--dump-dom", out.as_uri()], tmp_path)
+    assert dom.returncode == 0 and "Uncaught" not in dom.stderr.decode("utf-8", "replace")
+    html = dom.stdout.decode()
+    head = re.search(r"<html[^>]*>", html).group(0)
+    assert 'data-state="rendered"' in head and "data-errors" not in head, head
+    assert f'data-spans="{sum(counts.values())}"' in head and 'data-stalls="1"' in head
+    lanes = dict(re.findall(r'<div class="lane" data-actor="([^"]+)" data-count="(\d+)"', html))
+    assert {a: int(n) for a, n in lanes.items()} == counts
+    assert html.count('class="fate-bar"') == 3 * 3 + 2    # versions 0-2: trained, zero_variance, stale; 3: two
+    # the step axes of the reward chart tick at whole steps only (4 steps: never 2.5)
+    svg = html.split("reward (reward/mean)")[1].split("</svg>")[0]
+    xticks = re.findall(r'<text x="[\d.]+" y="213"[^>]*>([^<]+)</text>', svg)
+    assert xticks == ["1", "2", "3", "4"], xticks
+
+
+class Cdp:
+    """Headless Chromium driven over the DevTools protocol on a pipe (--remote-debugging-pipe:
+    commands on fd 3, answers on fd 4, each a JSON message ended by a NUL byte)."""
+
+    def __init__(self, tmp_path, width=1400, height=1000):
+        exe = browser()
+        if exe is None:
+            pytest.skip("no headless Chromium (apt-get install chromium-headless-shell, or set RLVR_CHROMIUM)")
+        import fcntl
+
+        def high(fd):   # above fds 3 and 4, which the shell below points at the pipes
+            moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
+            os.close(fd)
+            return moved
+
+        to_r, self.to_w = map(high, os.pipe())
+        self.from_r, from_w = map(high, os.pipe())
+        args = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe",
+                f"--user-data-dir={tmp_path / 'cdp-profile'}", f"--window-size={width},{height}", "about:blank"]
+        self.proc = subprocess.Popen(["bash", "-c", f'exec "$0" "$@" 3<&{to_r} 4>&{from_w} {to_r}<&- {from_w}>&-',
+                                      *args], pass_fds=(to_r, from_w), stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.close(to_r)
+        os.close(from_w)
+        self.buf = b""
+        self.n = 0
+        self.session = None
+
+    def call(self, method, params=None, session=True):
+        self.n += 1
+        msg = {"id": self.n, "method": method, "params": params or {}}
+        if session and self.session:
+            msg["sessionId"] = self.session
+        os.write(self.to_w, json.dumps(msg).encode() + b"\0")
+        while True:
+            got = self._recv()
+            if got.get("id") == self.n:
+                if "error" in got:
+                    raise RuntimeError(f"{method}: {got['error']}")
+                return got["result"]
+
+    def _recv(self):
+        import select
+
+        while b"\0" not in self.buf:
+            ready, _, _ = select.select([self.from_r], [], [], 120)
+            if not ready:
+                raise AssertionError("Chromium did not answer the DevTools protocol in 120 s")
+            chunk = os.read(self.from_r, 1 << 20)
+            if not chunk:
+                raise AssertionError("Chromium closed the DevTools pipe")
+            self.buf += chunk
+        msg, self.buf = self.buf.split(b"\0", 1)
+        return json.loads(msg)
+
+    def open(self, url):
+        target = self.call("Target.createTarget", {"url": url}, session=False)["targetId"]
+        self.session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True},
+                                 session=False)["sessionId"]
+
+    def eval(self, expr):
+        r = self.call("Runtime.evaluate", {"expression": expr, "returnByValue": True})
+        return r["result"].get("value")
+
+    def close(self):
+        try:
+            self.call("Browser.close", session=False)
+        except (AssertionError, OSError, RuntimeError):
+            pass
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        os.close(self.to_w)
+        os.close(self.from_r)
+
+
+def test_the_live_page_follows_new_spans_and_fills_a_wide_window(tmp_path):
+    """rlvr-report --serve's page, in a real browser: it reloads itself when spans are added to
+    the run, and its charts fill a wide window (no half-empty rows)."""
+    import threading
+
+    from machine_time import wait_for
+    from rlvr.report_serve import make_server
+
+    run, counts = inside_run(tmp_path, steps=3)
+    server = make_server([run], "127.0.0.1", 0, interval_s=0.2)
+    assert server.url.startswith("http://127.0.0.1:")
+    th = threading.Thread(target=server.serve_forever, daemon=True)
+    th.start()
+    cdp = Cdp(tmp_path)
+    try:
+        cdp.open(server.url)
+        n0 = sum(counts.values())
+        wait_for(lambda: cdp.eval("document.documentElement.getAttribute('data-spans')") == str(n0), 120,
+                 "the live page's first drawing")
+        assert cdp.eval("document.getElementById('live').textContent").startswith("live:")
+        # the charts of a row fill the grid's width
+        row = cdp.eval("""(function () {
+            var g = document.getElementById('training').getBoundingClientRect(), top = null, right = 0, n = 0;
+            document.querySelectorAll('#training .chart').forEach(function (c) {
+              var r = c.getBoundingClientRect(); if (top === null) top = r.top;
+              if (Math.abs(r.top - top) < 2) { right = Math.max(right, r.right); n++; } });
+            return [g.left, g.right, right, n]; })()""")
+        left, gright, right, per_row = row
+        assert per_row >= 3 and right >= gright - 2, row
+        more = make_spans(run, 2, 5, first=4)
+        n1 = n0 + sum(more.values())
+        wait_for(lambda: cdp.eval("document.documentElement.getAttribute('data-spans')") == str(n1), 120,
+                 "the live page showing the new spans")
+        lanes = cdp.eval("Array.from(document.querySelectorAll('.lane')).map(function (d) {"
+                         " return [d.getAttribute('data-actor'), Number(d.getAttribute('data-count'))]; })")
+        assert dict(lanes) == {a: counts[a] + more[a] for a in counts}
+        # a step range chosen on the page is kept when the page reloads for new spans
+        cdp.eval("document.querySelector('.from').value = 2; document.querySelector('.to').value = 3;"
+                 "document.querySelector('.tl-controls button').click()")
+        per_step = n0 // 3
+        assert cdp.eval("document.documentElement.getAttribute('data-spans')") == str(2 * per_step)
+        make_spans(run, 1, 5, first=6)
+        wait_for(lambda: cdp.eval("document.documentElement.getAttribute('data-state') === 'rendered' && "
+                                  "document.querySelector('.timeline').getAttribute('data-last-step')") == "6",
+                 120, "the reload after step 6's spans")
+        assert cdp.eval("document.documentElement.getAttribute('data-spans')") == str(2 * per_step)
+        assert cdp.eval("location.hash") == "#steps=2:3"
+    finally:
+        cdp.close()
+        server.shutdown()
+        server.server_close()

@@ -42,6 +42,18 @@ class LogConfig:
     trackers: list[str] = field(default_factory=list)
     """Experiment trackers mirroring every trace line: any of tensorboard, wandb, mlflow (rlvr/trackers.py;
     optional packages: pip install rlvr[tensorboard] and so on; --tracker NAME)."""
+    spans: bool = True
+    """Record spans (who did what when: generate, verify, the trainer's phases, weight sync, checkpoints)
+    in traces/spans.jsonl (rlvr/train/spans.py; about a microsecond each)."""
+    spans_full_mb: float = 100.0
+    """spans.jsonl keeps every span up to this size; past it, every spans_sample_every-th step keeps all
+    its spans and the others one outline span per (step, actor, kind)."""
+    spans_sample_every: int = 10
+    """Past spans_full_mb: the steps that still keep every span (step % spans_sample_every == 0)."""
+    stall_s: float = 600.0
+    """Stall report (RUN_DIR/stalls/<time>.txt and a stderr line: the open spans and every process's Python
+    stacks) when no span has ended for this many seconds; longer than the longest span expected (a
+    checkpoint save, a validation); 0 = no watchdog. The run goes on."""
 
 
 @dataclass
