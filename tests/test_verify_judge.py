@@ -247,3 +247,23 @@ def test_allenai_judge_rows_become_judge_records():
     assert rec["verifier"] == "judge" and "answer" not in rec
     with pytest.raises(RowError, match="'string_f1' cannot be verified here"):
         convert({**row, "dataset": "string_f1"}, 0, "train")
+
+
+def test_training_config_judge_section_reaches_the_pool(server, tmp_path):
+    """verify.judge in rlvr-train's config lands in verify.verifier_config, the options the
+    training driver hands to its VerifierPool; a bad option is a config error naming the key."""
+    from rlvr.errors import ConfigError
+    from rlvr.config_loader import load_config
+    from rlvr.train.config import TrainConfig
+
+    cfg_file = tmp_path / "c.yaml"
+    cfg_file.write_text(f"verify:\n  judge:\n    base_url: {server.url}\n    model: judge-m\n    mode: gate\n"
+                        f"    cache: {tmp_path / 'cache'}\n  verifier_config: {{math.mode: default}}\n")
+    cfg = load_config(TrainConfig, str(cfg_file))
+    vc = cfg.verify.verifier_config
+    assert vc["judge"]["mode"] == "gate" and vc["math.mode"] == "default"
+    with VerifierPool(jobs=1, config=dict(vc)) as pool:   # as rlvr/train/loop.py builds its pool
+        out = pool.verify_all([_math(0, "4 <<BAD>>"), _math(1, "4 <<GOOD>>")])
+    assert [r["rewards"] for r in out] == [[0.0], [1.0]]
+    with pytest.raises(ConfigError, match="verify.judge: judge.model is required"):
+        load_config(TrainConfig, None, ["verify.judge.base_url=http://h/v1"])
