@@ -179,20 +179,13 @@ class Refiner:
 
 
 def check_record(rec: dict) -> tuple[str, str] | None:
-    """(field, problem) for a record rlvr-refine cannot use (reported at FILE:LINE)."""
+    """(field, problem) for a record rlvr-refine cannot use (reported at FILE:LINE); the record
+    contract (rlvr.records) has checked the lists' lengths and types already."""
     if not isinstance(rec.get("id"), str) or not rec["id"]:
         return "id", "rlvr-refine needs each record's id (the new prompts are named after it)"
     p = rec.get("prompt")
     if not p or (isinstance(p, list) and not any(m.get("role") == "user" for m in p)):
         return "prompt", "rlvr-refine needs the original prompt (a string, or chat messages with a user message)"
-    comps, verdicts, rewards = rec.get("completions"), rec.get("verdicts"), rec.get("rewards")
-    if not isinstance(verdicts, list) or not isinstance(rewards, list):
-        return ("verdicts" if not isinstance(verdicts, list) else "rewards"), "not verified: run rlvr-verify first"
-    if len(verdicts) != len(comps) or len(rewards) != len(comps):
-        return "verdicts", f"has {len(verdicts)} verdicts and {len(rewards)} rewards for {len(comps)} completions"
-    for i, r in enumerate(rewards):
-        if isinstance(r, bool) or not isinstance(r, (int, float)):
-            return f"rewards[{i}]", "must be a number"
     return None
 
 

@@ -82,12 +82,16 @@ def test_bad_input_names_file_line_and_field(tmp_path):
     f = tmp_path / "v.jsonl"
     f.write_text(jsonl(_verified(), {"id": "q", "prompt": "x", "completions": ["a"]}))
     r = invoke("rlvr-refine", [str(f)])
-    assert r.code == 3 and f"{f}:2: not verified: run rlvr-verify first (field verdicts)" in r.stderr
+    assert r.code == 3 and f"{f}:2: required field is missing (field verdicts)" in r.stderr
     assert [x["id"] for x in r.records()] == ["p1/refine-1"]        # what came before is written
     r = invoke("rlvr-refine", ["--keep-going", str(f)])
     assert r.code == 0 and r.records()[1]["error"]["field"] == "verdicts"
+    r = invoke("rlvr-refine", [], jsonl({**_verified(), "rewards": [1.0]}))
+    assert r.code == 3 and "<stdin>:1: has 1 entries for 3 completions (field rewards)" in r.stderr
     t = tmp_path / "t.txt"
     t.write_text("{prompt} {nope}")
+    r = invoke("rlvr-refine", [], jsonl({**_verified(), "prompt": [{"role": "system", "content": "x"}]}))
+    assert r.code == 3 and "<stdin>:1: rlvr-refine needs the original prompt" in r.stderr and "(field prompt)" in r.stderr
     r = invoke("rlvr-refine", ["--template", str(t), str(f)])
     assert r.code == 2 and "--template" in r.stderr and "not valid" in r.stderr
 

@@ -119,6 +119,13 @@ def test_every_failure_ends_in_a_verdict(server, tmp_path):
     assert server.calls["DOWN"] == 3 and server.calls["REFUSE"] == 1 and server.calls["BODY"] == 3
     assert out[0]["rewards"] == [1.0, 0.0] and out[1]["rewards"] == [0.0, 1.0]
     assert {v["verifier"] for v in v} == {"judge"}
+    from rlvr.verification.summary import format_text, summarize
+
+    s = summarize(out)
+    assert s["all"]["status"] == {"correct": 3, "wrong": 1, "no_answer": 0, "timeout": 0, "error": 3,
+                                  "unfinished_thinking": 0, "judge_unparsable": 1}
+    head = format_text(s).splitlines()[0].split()
+    assert head[-1] == "judge_unparsable" and "judge_unparsable" not in format_text(summarize(out[:1]))
 
 
 def test_slow_replies_past_every_attempt_time_out(server, tmp_path):

@@ -66,7 +66,7 @@ def vllm_server(tiny_model_dir, tmp_path_factory):
         log.close()
 
 
-RUBRIC = "Rate this answer from 0 to 10.\n{completion}\nScore:"
+RUBRIC = "Rate this answer to {prompt} from 0 to 10.\n{completion}\nScore:"
 
 
 @pytest.mark.parametrize("api", ["chat", "completions"])

@@ -61,7 +61,9 @@ def cmd(files, keep_going, template_file, threshold, per_prompt, all_failed):
         refiner = Refiner(template, threshold, None if all_failed else per_prompt)
     except ValueError as e:
         raise ConfigError(f"--template: {template_file.name}: {e}") from None
-    records = read_records(files, keep_going=keep_going, required=("completions",), check=check_record)
+    # a missing field is reported once the whole input has parsed (a malformed line first)
+    records = read_records(files, keep_going=keep_going, required=("completions", "prompt", "verdicts", "rewards"),
+                           defer_required=True, check=check_record)
     with RecordWriter(sys.stdout.buffer) as out:
         for rec in refine(records, refiner):
             out.write(rec)
