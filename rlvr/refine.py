@@ -44,9 +44,11 @@ It was not accepted: {feedback}
 
 Write a new, complete answer that fixes this."""
 
-# what rlvr-rollout and rlvr-verify add to a prompt record: not part of a new prompt
+# what rlvr-rollout, rlvr-verify and rlvr-train's traces/rollouts.jsonl add to a prompt record:
+# not part of a new prompt
 GENERATED = ("completions", "finish_reasons", "stop_reasons", "prompt_tokens", "completion_tokens", "logprobs",
-             "completion_token_ids", "prompt_token_ids", "generation", "rewards", "verdicts")
+             "completion_token_ids", "prompt_token_ids", "generation", "rewards", "verdicts", "token_versions",
+             "policy_version", "policy_version_end", "step", "epoch")
 
 
 def check_template(text: str) -> str:

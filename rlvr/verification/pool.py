@@ -23,6 +23,11 @@ order; at most ``window`` records are in flight, so memory stays flat on any inp
 Deadlines are checked while the caller pulls records, so a consumer that stops pulling
 can only make timeouts more lenient, never stricter. Workers exit when the caller dies.
 
+The LLM judge (rlvr.verifiers.judge) is a verifier like the others; with judge options in
+``config`` the pool routes to it every record it takes (``route``: all, or its ``datasets``;
+``verifier: judge`` records always) and hands it the other verifiers' options, so its
+weighted and gate modes run the record's own verifier in the same worker.
+
 Timeouts: ``timeout`` (seconds, for every verifier) or a dict {verifier: seconds,
 "default": seconds}; a verifier left out uses its module's own limit (``timeout_s(options)``
 where it has one: code's follows its time limits; else ``TIMEOUT_S``, math 3 s) or 5 s.
