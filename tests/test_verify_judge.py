@@ -61,7 +61,7 @@ def _handler(script: Script):
             if w == "DOWN" or (w == "FLAKY" and n == 1):
                 return self._send(503, b'{"error": "overloaded"}')
             if w == "SLOW" and n == 1:
-                time.sleep(3.0)   # past the client's per-call timeout: the retry gets the reply
+                time.sleep(8.0)   # past the client's per-call timeout: the retry gets the reply
             if w == "BODY":
                 return self._send(200, b"<html>not json</html>")
             if w == "REFUSE":
@@ -91,7 +91,7 @@ def server():
 
 
 def _opts(server, tmp_path, **kw):
-    return {"base_url": server.url, "model": "judge-m", "timeout": 1.0, "retries": 2, "backoff": 0.0,
+    return {"base_url": server.url, "model": "judge-m", "timeout": 3.0, "retries": 2, "backoff": 0.0,
             "cache": str(tmp_path / "cache"), **kw}
 
 
