@@ -7,10 +7,11 @@ measured against a local `vllm serve` of the tiny model on the CPU.
 In one run, on the same N completions and the same rubric (8 reply tokens at most):
 1. the bare HTTP requests, one after another (urllib, the body rlvr sends): the server's own
    time per call, the floor;
-2. rlvr-verify --judge with -j 1 and -j 2 (the verifier pool: worker start, rendering,
+2. the verifier pool rlvr-verify --judge runs, warm, with -j 1 and -j 2 (rendering, the call,
    parsing, the on-disk cache written), cache empty;
-3. the same rlvr-verify again with the cache filled: what a repeated or resumed verification
-   costs per sample.
+3. the same completions again with the cache filled: what a repeated or resumed verification
+   costs per sample;
+4. the whole rlvr-verify --judge -j 2 process once (python start, imports, worker start).
 Each figure is the best of --reps runs (the machine is shared); the server starts once.
 """
 
@@ -48,15 +49,19 @@ def start_server(model: str, port: int, log) -> subprocess.Popen:
            "--port", str(port)]
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    while True:   # readiness, not a fixed sleep
-        if proc.poll() is not None:
-            raise SystemExit(f"vllm serve exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                if r.status == 200:
-                    return proc
-        except OSError:
-            time.sleep(0.5)
+    try:
+        while True:   # readiness, not a fixed sleep
+            if proc.poll() is not None:
+                raise SystemExit(f"vllm serve exited with {proc.returncode}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                    if r.status == 200:
+                        return proc
+            except OSError:
+                time.sleep(0.5)
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
 
 
 def bare(url: str, texts: list[str]) -> float:
@@ -71,18 +76,40 @@ def bare(url: str, texts: list[str]) -> float:
     return time.perf_counter() - t0
 
 
-def verify(url: str, inp: str, jobs: int, cache: str) -> tuple[float, dict]:
+def pooled(url: str, recs: list[dict], jobs: int, cache: str) -> tuple[float, float, dict]:
+    """(seconds with the cache empty, seconds with it filled, counts): a warm VerifierPool, as
+    rlvr-verify and rlvr-train's reward stage use it (workers started and the judge module
+    loaded on a warm-up record first, so the figures are the per-call cost)."""
+    from rlvr.verification.pool import VerifierPool
+
+    opts = {"base_url": url, "model": "tiny-judge", "rubric": RUBRIC, "cache": cache, "max_tokens": 8}
+    with VerifierPool(jobs=jobs, config={"judge": opts}, verifier="judge") as pool:
+        pool.verify_all([{"id": "warm", "prompt": "p", "completions": [f"warm-up {j}" for j in range(jobs)]}])
+        t0 = time.perf_counter()
+        first = pool.verify_all(recs)
+        cold = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        second = pool.verify_all(recs)
+        warm = time.perf_counter() - t0
+    verdicts = [v for r in first for v in r["verdicts"]]
+    cached = [v for r in second for v in r["verdicts"]]
+    if not all("judge" in v for v in verdicts):
+        raise SystemExit(f"a verdict without a judge reply: {verdicts}")
+    return cold, warm, {"n": len(verdicts), "cached": sum(v["judge"]["cached"] for v in cached),
+                        "statuses": sorted({v["status"] for v in verdicts})}
+
+
+def whole_process(url: str, inp: str, cache: str) -> float:
+    """rlvr-verify --judge as a process, start to end (python start, imports, worker start)."""
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "rlvr.commands.verify", "--verifier", "judge", "--judge", url,
-                        "--judge-model", "tiny-judge", "--judge-rubric", RUBRIC, "--judge-cache", cache,
-                        "--set", "judge.max_tokens=8", "-j", str(jobs), inp],
+    r = subprocess.run([sys.executable, "-c", "from rlvr.commands.verify import main; main()", "--verifier", "judge",
+                        "--judge", url, "--judge-model", "tiny-judge", "--judge-rubric", RUBRIC, "--judge-cache", cache,
+                        "--set", "judge.max_tokens=8", "-j", "2", inp],
                        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"},
                        check=True)
-    dt = time.perf_counter() - t0
-    verdicts = [v for ln in r.stdout.splitlines() for v in json.loads(ln)["verdicts"]]
-    stats = {"cached": sum(v["judge"]["cached"] for v in verdicts if "judge" in v), "n": len(verdicts),
-             "statuses": sorted({v["status"] for v in verdicts})}
-    return dt, stats
+    if not r.stdout.strip():
+        raise SystemExit(f"rlvr-verify wrote nothing: {r.stderr[-2000:]}")
+    return time.perf_counter() - t0
 
 
 def main() -> None:
@@ -105,21 +132,19 @@ def main() -> None:
     t0 = time.perf_counter()
     proc = start_server(model, port, log)
     ready = time.perf_counter() - t0
+    recs = [json.loads(ln) for ln in open(inp)]
     try:
         bare(url, texts[:2])   # warm the server
         best: dict[str, float] = {}
         info: dict[str, dict] = {}
-        for _ in range(args.reps):
+        for rep in range(args.reps):
             best["bare"] = min(best.get("bare", 1e9), bare(url, texts))
             for jobs in (1, 2):
-                cache = os.path.join(tmp, f"cache{jobs}")
-                shutil.rmtree(cache, ignore_errors=True)
-                dt, st = verify(url, inp, jobs, cache)
-                best[f"j{jobs}"] = min(best.get(f"j{jobs}", 1e9), dt)
-                info[f"j{jobs}"] = st
-                dt, st = verify(url, inp, jobs, cache)
-                best[f"j{jobs}c"] = min(best.get(f"j{jobs}c", 1e9), dt)
-                info[f"j{jobs}c"] = st
+                cache = os.path.join(tmp, f"cache{jobs}-{rep}")
+                cold, warm, info[f"j{jobs}"] = pooled(url, recs, jobs, cache)
+                best[f"j{jobs}"] = min(best.get(f"j{jobs}", 1e9), cold)
+                best[f"j{jobs}c"] = min(best.get(f"j{jobs}c", 1e9), warm)
+            best["proc"] = min(best.get("proc", 1e9), whole_process(url, inp, os.path.join(tmp, f"cacheP-{rep}")))
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=60)
@@ -128,10 +153,11 @@ def main() -> None:
     ms = lambda k: f"{1000 * best[k] / n:.1f} ms"  # noqa: E731
     rows = [f"| bare HTTP requests, one at a time (the server's own time) | {best['bare']:.2f} s | {ms('bare')} | - |"]
     for jobs in (1, 2):
-        rows.append(f"| rlvr-verify --judge -j {jobs}, cache empty | {best[f'j{jobs}']:.2f} s | {ms(f'j{jobs}')} | "
+        rows.append(f"| the verifier pool (rlvr-verify --judge), warm, -j {jobs}, cache empty | {best[f'j{jobs}']:.2f} s | {ms(f'j{jobs}')} | "
+                    "0 |")
+        rows.append(f"| the verifier pool, warm, -j {jobs}, cache filled | {best[f'j{jobs}c']:.2f} s | {ms(f'j{jobs}c')} | "
                     f"{info[f'j{jobs}']['cached']} of {info[f'j{jobs}']['n']} |")
-        rows.append(f"| rlvr-verify --judge -j {jobs}, cache filled | {best[f'j{jobs}c']:.2f} s | {ms(f'j{jobs}c')} | "
-                    f"{info[f'j{jobs}c']['cached']} of {info[f'j{jobs}c']['n']} |")
+    rows.append(f"| the whole rlvr-verify --judge -j 2 process, cache empty | {best['proc']:.2f} s | {ms('proc')} | 0 |")
     text = "\n".join([
         "## LLM judge (rlvr-verify --judge)",
         "",
@@ -139,7 +165,9 @@ def main() -> None:
         f"{platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}, a shared machine). "
         f"The judge: `vllm serve` (vllm-cpu) of the tiny random Qwen3 on the CPU, float32, eager, ready in "
         f"{ready:.0f} s; {n} completions, a one-line rubric, at most 8 reply tokens, chat API. The rlvr-verify rows "
-        "are whole processes (start, worker start, import) timed end to end; best of the reps. Statuses seen: "
+        "time a warm verifier pool (workers started and the judge loaded before the clock: the cost per call, as "
+        "rlvr-train's reward stage pays it), the last row the whole command (python start, imports, workers); "
+        "best of the reps. Statuses seen: "
         f"{', '.join(info['j1']['statuses'])} (the tiny model's weights are random: its replies seldom hold a score).",
         "",
         "| what | wall | per sample | replies from the cache |",
