@@ -7,7 +7,7 @@ import os
 import re
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ORDER = ["math", "code", "ifeval", "eval", "eval_parity", "rollout", "seeds", "startup", "train", "sync", "staleness",
+ORDER = ["math", "code", "ifeval", "judge", "eval", "eval_parity", "rollout", "seeds", "startup", "train", "sync", "staleness",
          "inflight", "inflight_costs", "packing", "packing_gpu", "val", "distill", "memory", "report", "s3", "gpu",
          "gpucheck"]
 
@@ -47,6 +47,9 @@ def measured() -> dict[str, str]:
             r"\n\| (\d+) \| samples/s \| [\d.]+ \| [\d.]+ \(([\d.]+)x\) \| [\d.]+ \(([\d.]+)x\) \|",
             _read("inflight"))) or "not measured",
         "inflight_verdict": " (not reached)" if "**not reached**" in _read("inflight") else "",
+        "judge": _find(r"\| bare HTTP requests[^|]*\| [\d.]+ s \| ([\d.]+ ms) \|.*?-j 2, cache empty \| [\d.]+ s \| "
+                       r"([\d.]+ ms) \|.*?-j 2, cache filled \| [\d.]+ s \| ([\d.]+ ms) \|", _read("judge"),
+                       "{1} per sample with -j 2 against the server's own {0}; {2} from the cache"),
         "packing": _find(r"Packed: ([\d.]+)x the tokens/s of the default padded path and ([\d.]+)x the sorted",
                          _read("packing"), "{0}x the default padded path, {1}x the sorted token-budget path"),
     }
@@ -86,6 +89,8 @@ def main() -> None:
              f"| in-flight weight updates, length mix | >= 1.2x between_rounds samples/s at the same max_staleness, "
              f"final reward within the seeds' spread | see In-flight weight updates ({got['inflight']})"
              f"{got['inflight_verdict']} |",
+             f"| LLM judge call per sample (rlvr-verify --judge, local vllm serve) | cost measured | see LLM judge "
+             f"({got['judge']}) |",
              f"| packed micro-batches, length mix | >= 1.3x padded trainer tokens/s | see Padding-free micro-batches "
              f"({got['packing']}) |",
              ""]

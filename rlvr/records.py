@@ -31,7 +31,7 @@ from rlvr.errors import BadInput, Failure
 from rlvr.verifiers import MODULES as _VERIFIER_MODULES  # the verifier names (a plain mapping)
 
 VERIFIERS = tuple(_VERIFIER_MODULES)
-STATUSES = ("correct", "wrong", "no_answer", "timeout", "error", "unfinished_thinking")
+STATUSES = ("correct", "wrong", "no_answer", "timeout", "error", "unfinished_thinking", "judge_unparsable")
 
 # Known fields and the check each must pass when present. Anything else passes through.
 _MSG_ROLES = {"system", "user", "assistant", "tool", "developer"}

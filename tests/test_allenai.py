@@ -59,7 +59,11 @@ def test_rows_are_routed_to_the_verifier_of_their_kind(tmp_path):
 def test_rows_rlvr_cannot_verify_are_refused_with_file_row_and_kind(tmp_path):
     r = invoke("rlvr-data", ["allenai", "--source", os.path.join(AL, "unverifiable.jsonl")])
     assert r.code == 3 and r.stdout == ""
-    assert "unverifiable.jsonl: row 1: kind 'general-quality_ref' cannot be verified here" in r.stderr
+    assert "unverifiable.jsonl: row 2: kind 'string_f1' cannot be verified here" in r.stderr
+    # the LLM-judged row before it is a record for the judge (rlvr.verifiers.judge)
+    r = invoke("rlvr-data", ["allenai", "--source", os.path.join(AL, "unverifiable.jsonl"),
+                             "--kinds", "general-quality_ref"])
+    assert r.code == 0 and [(x["verifier"], x["answer"]) for x in r.records()] == [("judge", "a good poem")]
     r = invoke("rlvr-data", ["allenai", "--source", os.path.join(AL, "unverifiable.jsonl"), "--kinds", "code_stdio"])
     assert r.code == 0 and r.stdout == ""   # selected out by choice
     bad = tmp_path / "bad.jsonl"

@@ -325,7 +325,7 @@ def test_reward_table_defaults_overrides_and_files(tmp_path):
     f = tmp_path / "t.yaml"
     f.write_text("reward_table:\n  correct: 2\n  timeout: -1\n")
     assert parse_table_spec(str(f)) == {"correct": 2.0, "wrong": 0.0, "no_answer": 0.0, "timeout": -1.0, "error": 0.0,
-                                             "unfinished_thinking": 0.0}
+                                             "unfinished_thinking": 0.0, "judge_unparsable": 0.0}
     (tmp_path / "t.json").write_text('{"error": -0.5}')
     assert RewardTable.parse(str(tmp_path / "t.json")).reward({"status": "error"}) == -0.5
     for bad in ("great=1", "correct", "correct=abc", "correct=nan"):
@@ -365,7 +365,7 @@ def test_summary_counts_and_if_metrics_by_hand():
     assert a["records"] == 2 and a["completions"] == 6 and s["error_records"] == 1
     assert a["accuracy"] == pytest.approx(2 / 6) and a["mean_reward"] == pytest.approx(2 / 6)
     assert a["status"] == {"correct": 2, "wrong": 2, "no_answer": 0, "timeout": 1, "error": 1,
-                           "unfinished_thinking": 0} and a["timeouts"] == 1
+                           "unfinished_thinking": 0, "judge_unparsable": 0} and a["timeouts"] == 1
     assert a["max_duration_s"] == 3.0
     g = s["per_dataset"]["gsm8k"]
     assert g["accuracy"] == pytest.approx(1 / 3) and "prompt_level_strict_acc" not in g
@@ -421,7 +421,7 @@ def test_cli_verifier_shorthands():
     from rlvr.commands.verify import SHORTHANDS, cmd
     from rlvr.records import VERIFIERS
 
-    assert set(SHORTHANDS) == set(VERIFIERS)
+    assert set(SHORTHANDS) == set(VERIFIERS) - {"judge"}   # --judge is the judge's URL (--verifier judge forces it)
     for name, flag in SHORTHANDS.items():
         assert cmd.make_context("rlvr-verify", [flag]).params["verifier"] == name
     assert cmd.make_context("rlvr-verify", ["--math", "--verifier", "math"]).params["verifier"] == "math"

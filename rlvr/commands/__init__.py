@@ -22,6 +22,7 @@ COMMANDS: dict[str, dict] = {
     "rlvr-submit": {"module": "rlvr.commands.submit", "records": False},
     "rlvr-report": {"module": "rlvr.commands.report", "records": False},
     "rlvr-select": {"module": "rlvr.commands.select", "records": True},
+    "rlvr-refine": {"module": "rlvr.commands.refine", "records": True},
     "rlvr-port-config": {"module": "rlvr.commands.port_config", "records": False},
 }
 

@@ -45,6 +45,15 @@ HELP = with_examples(
     is unfinished). --thinking / --no-thinking set it for the whole stream; --think-markers
     sets another pair of markers.
 
+    An LLM judge (--judge URL, an OpenAI-compatible /v1 endpoint such as `vllm serve`)
+    grades completions against a rubric (--judge-rubric: a format string or file with
+    {prompt}, {completion}, {answer}), alone or combined with the record's own verifier
+    (--judge-mode judge, rule, weighted, gate). A reply without a score gets the status
+    judge_unparsable; replies are cached on disk (--judge-cache) and kept in the verdict.
+    Records whose verifier is `judge` (AllenAI's general-chat rows) need it. Its other
+    options are set with --set judge.KEY=VALUE (api_key_env, parser, threshold, weight,
+    timeout, retries, rubrics, datasets; docs/verify.md).
+
     A wrong answer is data: the exit status stays 0; so is a record that names no
     verifier (its verdicts are errors, with a warning). A record that cannot be graded
     whatever its completions say (an unknown verifier, no or a malformed `answer`,
@@ -63,6 +72,8 @@ rlvr-verify --set code.mode=allenai --reward-mode fraction allenai_code.jsonl
 rlvr-verify --thinking --reward-table unfinished_thinking=-0.5 thinker.jsonl
 rlvr-verify --think-markers '<seed:think>' '</seed:think>' seed.jsonl
 rlvr-rollout ... | rlvr-verify | rlvr-passk --format markdown
+rlvr-verify --judge http://127.0.0.1:8000/v1 --judge-model Qwen/Qwen3-8B chat.jsonl
+rlvr-verify --judge URL --judge-model M --judge-mode gate --set judge.threshold=0.7 ifeval.jsonl
 """,
 )
 
@@ -150,7 +161,7 @@ class _Command(click.Command):
 @click.option("--timeout", metavar="SECONDS|NAME=SECONDS,...",
               help="Wall-clock limit per verification, for all verifiers or per verifier  [default: each verifier's own TIMEOUT_S (math 3), else 5]")
 @click.option("--reward-table", metavar="STATUS=R,...|FILE",
-              help="Rewards per status (correct, wrong, no_answer, timeout, error, unfinished_thinking), inline or a YAML/JSON file; unnamed statuses keep their default (correct 1, others 0).")
+              help="Rewards per status (correct, wrong, no_answer, timeout, error, unfinished_thinking, judge_unparsable), inline or a YAML/JSON file; unnamed statuses keep their default (correct 1, others 0).")
 @click.option("--reward-mode", type=click.Choice(["binary", "fraction"]), default="binary", show_default=True,
               help="fraction: a verdict with a score (instruction following; code under code.mode=allenai) earns wrong + score * (correct - wrong).")
 @click.option("--set", "sets", multiple=True, metavar="VERIFIER.OPTION=VALUE", help="A verifier option, e.g. math.mode=flexible-extract (repeatable).")
@@ -162,9 +173,18 @@ class _Command(click.Command):
 @click.option("--think-markers", nargs=2, metavar="OPEN CLOSE", help="The markers of a thinking block  [default: <think> </think>]")
 @click.option("--memory-limit", type=click.IntRange(min=0), default=4096, show_default=True, metavar="MB",
               help="Address-space limit per worker process (0: none).")
+@click.option("--judge", "judge_url", metavar="BASE_URL",
+              help="An OpenAI-compatible endpoint (its /v1 root) for the LLM judge.")
+@click.option("--judge-model", metavar="NAME", help="The judge's model name at that endpoint.")
+@click.option("--judge-rubric", metavar="TEXT|FILE",
+              help="The judge's prompt: a format string with {prompt}, {completion}, {answer}, or a file holding one  [default: a 0-10 quality rubric]")
+@click.option("--judge-mode", type=click.Choice(["judge", "rule", "weighted", "gate"]),
+              help="judge: the judge alone; rule: the record's verifier alone; weighted: judge.weight x judge + the rest x rule (as score); gate: the rule's verdict, wrong when the judge fails it  [default: judge]")
+@click.option("--judge-cache", metavar="DIR|false",
+              help="Folder of cached judge replies  [default: $XDG_CACHE_HOME/rlvr/judge]")
 @progress_option
 def cmd(files, keep_going, verifier, jobs, timeout, reward_table, reward_mode, sets, summary, thinking, think_markers,
-        memory_limit, progress):
+        memory_limit, judge_url, judge_model, judge_rubric, judge_mode, judge_cache, progress):
     from rlvr.verification.pool import VerifierPool, WorkerStartError
     from rlvr.verification.rewards import RewardTable
     from rlvr.verification.summary import Summary, format_text
@@ -173,7 +193,11 @@ def cmd(files, keep_going, verifier, jobs, timeout, reward_table, reward_mode, s
         check_output_file(summary, "--summary")
     try:
         table = RewardTable.parse(reward_table, reward_mode)
-        pool = VerifierPool(jobs=jobs, timeout=_parse_timeout(timeout), config=_parse_sets(sets),
+        config = _parse_sets(sets)
+        judge = {"base_url": judge_url, "model": judge_model, "rubric": judge_rubric, "mode": judge_mode,
+                 "cache": judge_cache}
+        config.update({f"judge.{k}": v for k, v in judge.items() if v is not None})
+        pool = VerifierPool(jobs=jobs, timeout=_parse_timeout(timeout), config=config,
                             reward_table=table, verifier=verifier, memory_mb=memory_limit or None,
                             thinking=thinking, think_markers=think_markers or None)
     except ValueError as e:

@@ -31,8 +31,13 @@ A row whose ground truth its verifier would reject (an IFEvalG instruction id or
 does not know, a code test that is not valid Python) is refused the same way, naming the
 field ``ground_truth``: the check rlvr-verify makes of every record, made when the row is read.
 
-Anything else (the LLM-judge kinds of the thinker mixtures, string matchers, a row graded
-by several verifiers at once) is refused with a line naming the file, the row
+  general-quality,           verifier judge (rlvr.verifiers.judge): the chat kinds of the
+  general-quality_ref        thinker mixtures, graded by an LLM judge; ``answer`` is the
+                             reference answer when the row has one. rlvr-verify refuses
+                             them, at their line, unless a judge is configured (--judge URL;
+                             rlvr-train's verify.judge)
+
+Anything else (string matchers, a row graded by several verifiers at once) is refused with a line naming the file, the row
 and the kind, never dropped silently; ``--kinds gsm8k,math,ifeval`` (``data.kinds``) selects
 the rows of the kinds named, by choice, and keeps each row's id and line number. The record's ``dataset`` is ``allenai/<kind>`` (per-kind
 accuracy in summaries), its ``id`` ``allenai/<row id or index>``; the prompt is the chat
@@ -53,10 +58,9 @@ from rlvr.errors import RowError
 
 HUB = "allenai/RLVR-GSM-MATH-IF-Mixed-Constraints"
 MATH_KINDS = ("gsm8k", "math", "strict_math")
-KINDS = (*MATH_KINDS, "ifeval", "ifeval_old", "code", "code_stdio")
-_WHY_NOT = {
-    "general-quality": "it is judged by a language model", "general-quality_ref": "it is judged by a language model",
-}
+JUDGE_KINDS = ("general-quality", "general-quality_ref")
+KINDS = (*MATH_KINDS, "ifeval", "ifeval_old", "code", "code_stdio", *JUDGE_KINDS)
+_WHY_NOT: dict[str, str] = {}
 
 
 def _prompt(row: dict) -> tuple[list[dict] | None, str]:
@@ -211,7 +215,7 @@ def convert(row: dict, i: int, split: str) -> dict:
         why = _WHY_NOT.get(kind, "rlvr has no verifier for it")
         raise RowError(f"kind {kind_raw!r} cannot be verified here: {why} (verifiable kinds: {', '.join(KINDS)})",
                        "dataset")
-    if gt is None:
+    if gt is None and kind not in JUDGE_KINDS:
         raise RowError("missing field 'ground_truth'", "ground_truth")
     msgs, question = _prompt(row)
     rid = row.get("id", row.get("key"))
@@ -225,6 +229,11 @@ def convert(row: dict, i: int, split: str) -> dict:
         rec.update(verifier="math", answer=str(gt), reference_verifier=kind)
     elif kind in ("ifeval", "ifeval_old"):
         rec.update(_ifeval(gt))
+    elif kind in JUDGE_KINDS:
+        rec["verifier"] = "judge"
+        if isinstance(gt, str) and gt.strip():
+            rec["answer"] = gt   # the reference answer the rubric shows as {answer}
+        return rec
     elif kind == "code_stdio":
         rec.update(verifier="code", stdio_tests=decode_stdio_tests(gt))
     else:

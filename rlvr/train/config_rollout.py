@@ -132,12 +132,40 @@ class VerifyConfig:
     reward_mode: str = "binary"
     """binary, or fraction (instruction following: the fraction of instructions met)."""
     verifier_config: dict[str, object] = field(default_factory=dict)
-    """Passed to the verifiers, e.g. {math_mode: flexible-extract}."""
+    """Passed to the verifiers, e.g. {math_mode: flexible-extract}. `verify.judge: {base_url, model, rubric, mode,
+    ...}` (the LLM judge, rlvr.verifiers.judge; docs/verify.md) is kept here as its `judge` entry."""
     thinking: bool | None = None
     """Answer-only judging for every completion (true), none (false), or per record (null: data.thinking / the
     record's `thinking`, else the text decides); see rlvr-verify --thinking."""
     think_markers: list[str] = field(default_factory=lambda: ["<think>", "</think>"])
     """The open and close markers of a thinking block."""
+
+    @staticmethod
+    def normalize_config(data: dict, where: str) -> dict:
+        """`judge: {...}` (an OpenAI-compatible endpoint as the LLM judge) -> verifier_config.judge, where the
+        verifier pool reads every verifier's options; its options are checked here, before anything starts."""
+        if "judge" not in data:
+            return data
+        from rlvr.errors import ConfigError
+        from rlvr.verifiers.judge import check_config
+
+        data = dict(data)
+        judge = data.pop("judge")
+        where = f"{where}.judge" if where else "judge"
+        if judge is None:
+            return data
+        if not isinstance(judge, dict):
+            raise ConfigError(f"{where}: expected a mapping of judge options (base_url, model, rubric, mode, ...)")
+        vc = dict(data.get("verifier_config") or {})
+        if "judge" in vc and vc["judge"] != judge:
+            raise ConfigError(f"{where} and verify.verifier_config.judge are both set and differ: give one")
+        try:
+            check_config(judge)
+        except ValueError as e:
+            raise ConfigError(f"{where}: {e}") from None
+        vc["judge"] = judge
+        data["verifier_config"] = vc
+        return data
 
 
 @dataclass

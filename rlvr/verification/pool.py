@@ -23,6 +23,11 @@ order; at most ``window`` records are in flight, so memory stays flat on any inp
 Deadlines are checked while the caller pulls records, so a consumer that stops pulling
 can only make timeouts more lenient, never stricter. Workers exit when the caller dies.
 
+The LLM judge (rlvr.verifiers.judge) is a verifier like the others; with judge options in
+``config`` the pool routes to it every record it takes (``route``: all, or its ``datasets``;
+``verifier: judge`` records always) and hands it the other verifiers' options, so its
+weighted and gate modes run the record's own verifier in the same worker.
+
 Timeouts: ``timeout`` (seconds, for every verifier) or a dict {verifier: seconds,
 "default": seconds}; a verifier left out uses its module's own limit (``timeout_s(options)``
 where it has one: code's follows its time limits; else ``TIMEOUT_S``, math 3 s) or 5 s.
@@ -313,6 +318,7 @@ class VerifierPool:
         self._record_checks: dict[str, Any] = {}
         self.timeouts = self._timeouts(timeout)
         self.config = normalize_config(config, self.modules)
+        self._judge_rules()
         self._check_config()
         self.rewards = reward_table if isinstance(reward_table, RewardTable) else RewardTable(reward_table, reward_mode)
         self.chunk_size = max(1, int(chunk_size))
@@ -350,6 +356,25 @@ class VerifierPool:
             raise ValueError(f"timeout must be a positive number of seconds, got {v!r}")
         return float(v)
 
+    def _judge_rules(self) -> None:
+        """With a judge configured (rlvr.verifiers.judge), hand it the other verifiers' options:
+        its weighted and gate modes run the record's own verifier in the same worker."""
+        if "judge" in self.config and "judge" in self.modules:
+            rules = {n: dict(o) for n, o in self.config.items() if n != "judge"}
+            self.config["judge"] = {**self.config["judge"], "rules": {**rules, **self.config["judge"].get("rules", {})}}
+
+    def route(self, rec: dict) -> str | None:
+        """The verifier a record goes to: the forced one, else the judge where one is
+        configured and takes this record (rlvr.verifiers.judge.judged), else its own."""
+        if self.force:
+            return self.force
+        if "judge" in self.config and "judge" in self.modules:
+            from rlvr.verifiers.judge import judged
+
+            if judged(rec, self.config["judge"]):
+                return "judge"
+        return rec.get("verifier")
+
     def _check_config(self) -> None:
         import importlib
 
@@ -374,9 +399,24 @@ class VerifierPool:
         the pool itself turns the same problems into error verdicts."""
         if not isinstance(rec, dict) or is_error_record(rec) or not rec.get("completions"):
             return None
-        name = self.force or rec.get("verifier")
+        name = self.route(rec)
         if not name:
             return None  # reported once for the whole input (use --verifier)
+        if name not in self.modules:
+            return "verifier", f"unknown verifier {name!r} (known: {', '.join(sorted(self.modules))})"
+        if name == "judge":
+            from rlvr.verifiers.judge import NOT_CONFIGURED
+
+            if "judge" not in self.config:
+                return "verifier", NOT_CONFIGURED
+            own = rec.get("verifier")
+            if self.config["judge"].get("mode") in ("weighted", "gate") and own and own != "judge":
+                problem = self._check_with(own, rec)  # the rule verifier grades it too
+                if problem is not None:
+                    return problem
+        return self._check_with(name, rec)
+
+    def _check_with(self, name: str, rec: dict) -> tuple[str, str] | None:
         if name not in self.modules:
             return "verifier", f"unknown verifier {name!r} (known: {', '.join(sorted(self.modules))})"
         check = self._record_checks.get(name, False)
@@ -587,7 +627,7 @@ class VerifierPool:
             return s
         out = dict(rec)
         comps = out.get("completions") or []
-        name = self.force or out.get("verifier")
+        name = self.route(out)
         slot = _Slot(out, len(comps))
         if not comps:
             return slot
@@ -600,6 +640,10 @@ class VerifierPool:
             bad = f"unknown verifier {name!r} (known: {', '.join(sorted(self.modules))})"
         elif name in self._unavailable:
             bad = self._unavailable[name]
+        elif name == "judge" and "judge" not in self.config:
+            from rlvr.verifiers.judge import NOT_CONFIGURED
+
+            bad = NOT_CONFIGURED
         payload = {k: v for k, v in out.items() if k not in ("completions", "rewards", "verdicts")}
         if bad is None:
             try:

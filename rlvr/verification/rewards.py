@@ -4,7 +4,8 @@
     table.reward({"status": "wrong"})                        # -> 0.0
 
 The default table is binary: correct = 1, every other status (wrong, no_answer, timeout,
-error, unfinished_thinking: reasoning that never closed, rlvr.verification.thinking) = 0. A table is set inline (``correct=1,no_answer=-0.1``), from a YAML or JSON
+error, unfinished_thinking: reasoning that never closed, rlvr.verification.thinking;
+judge_unparsable: an LLM judge's reply held no score, rlvr.verifiers.judge) = 0. A table is set inline (``correct=1,no_answer=-0.1``), from a YAML or JSON
 file (a mapping status -> number, optionally under a ``reward_table`` key), or from a
 dict (rlvr-train's ``verify.reward_table``); unnamed statuses keep their default.
 
@@ -24,7 +25,7 @@ from collections.abc import Mapping
 from rlvr.records import STATUSES
 
 DEFAULT_TABLE: dict[str, float] = {"correct": 1.0, "wrong": 0.0, "no_answer": 0.0, "timeout": 0.0, "error": 0.0,
-                                   "unfinished_thinking": 0.0}
+                                   "unfinished_thinking": 0.0, "judge_unparsable": 0.0}
 MODES = ("binary", "fraction")
 
 

@@ -135,7 +135,9 @@ def _fmt(x) -> str:
 def format_text(summary: dict) -> str:
     """A plain-text table: one row for all records, one per dataset."""
     rows = [("all", summary["all"])] + list(summary["per_dataset"].items())
-    cols = ["records", "completions", "accuracy", "mean_reward", *STATUSES]
+    # judge_unparsable only when an LLM judge gave such replies (rlvr.verifiers.judge)
+    shown = [st for st in STATUSES if st != "judge_unparsable" or summary["all"]["status"].get(st)]
+    cols = ["records", "completions", "accuracy", "mean_reward", *shown]
     if any(IF_METRICS[0] in r for _, r in rows):
         cols += list(IF_METRICS)
     if any("thinking" in r for _, r in rows):

@@ -5,7 +5,7 @@
     def verify(record: dict, completion: str, config: dict) -> dict
 
 ``verify`` returns a verdict dict with at least ``status`` (correct / wrong / no_answer /
-timeout / error) and ``extracted`` (what was graded, or None); it may add ``score`` (a
+timeout / error; the LLM judge also judge_unparsable) and ``extracted`` (what was graded, or None); it may add ``score`` (a
 fraction in [0, 1], e.g. instructions met) and verifier-specific details. The pool
 (rlvr.verification.pool) adds ``verifier``, ``version``, ``duration_s`` and maps status (or
 score) to reward through the reward table. It runs verify in killable worker processes,
@@ -31,6 +31,7 @@ MODULES = {
     "ifbench": "rlvr.verifiers.ifbench",
     "if_functions": "rlvr.verifiers.if_functions",
     "choice": "rlvr.verifiers.choice",
+    "judge": "rlvr.verifiers.judge",
 }
 
 
