@@ -301,7 +301,7 @@ def test_fsdp_ranks_count_the_fp32_reference_the_root_and_rank_0s_weights_out():
     P, G = s.params, 2**30
     layer, root = 50_336_000, 151_936 * 2048 + 2048          # by hand from the dimensions
     assert s.layer_params == layer and P == 2 * 0 + 151_936 * 2048 + 28 * layer + 2048
-    m = trainer_memory(s, 32768, world=4, reference=True, sync="nccl", bucket_bytes=622_329_856)
+    m = trainer_memory(s, 32768, world=4, reference=True, sends=True, broadcast=True, bucket_bytes=622_329_856)
     # two gathered layers and the unsharded root (embedding + final norm) in bf16
     assert m["compute_copy"] == pytest.approx(2 * (2 * layer + root) / G, abs=0.005)
     # the reference: fp32 shards (4P / 4), plus its own gathered layers and root
@@ -318,11 +318,12 @@ def test_fsdp_ranks_count_the_fp32_reference_the_root_and_rank_0s_weights_out():
     phase = max(act + loss, 4 * P / 4, 2 * P + 1_276_694_016)
     assert m["est_peak_gib"] == pytest.approx(((persistent + phase) * 1.1 + 0.5 * G) / G, abs=0.01)
     # one rank: the reference in bf16 beside the policy, no gathered copy to send, no root apart
-    one = trainer_memory(s, 32768, reference=True, sync="nccl", bucket_bytes=622_329_856)
+    one = trainer_memory(s, 32768, reference=True, sends=True, broadcast=True, bucket_bytes=622_329_856)
     assert one["reference"] == pytest.approx(2 * P / G, abs=0.005) and one["weights_out"] == 0
     assert one["compute_copy"] == pytest.approx(2 * P / G, abs=0.005)
-    # the object store sends one tensor at a time
-    assert trainer_memory(s, 32768, world=4, sync="object_store")["sync_buffers"] == pytest.approx(4 * V * H / G, abs=0.005)
+    # the object store sends one tensor at a time, without the gathered copy
+    store = trainer_memory(s, 32768, world=4, sends=True)
+    assert store["sync_buffers"] == pytest.approx(4 * V * H / G, abs=0.005) and store["weights_out"] == 0
 
 
 def test_users_config_of_64_sequences_of_768_tokens_is_planned_at_its_sequences(qwen_dir, tmp_path):

@@ -6,7 +6,8 @@ the problems (exit 2) before it creates an actor:
 
     {"actors": [{"role": "engine"|"trainer"|"teacher", "index", "gpus", "cpus", "est_peak_gib", ...}],
      "sync": "nccl"|"gloo"|"object_store"|null, "cluster": {...}, "fits": true|false,
-     "problems": [...], "notes": [...], "model": {...}}
+     "problems": [...], "notes": [...], "engine_gpu_memory_utilization", "teacher_gpu_memory_utilization"
+     (with teachers), "microbatches": {...}, "model": {...}}
 
 Everything here is arithmetic on the model's config.json (a folder holding only that file is
 enough: no weights are read, nothing is downloaded for a local path), the config and the
@@ -15,13 +16,17 @@ cluster's resources:
 - placement: the actors' GPU and CPU requests packed onto the cluster's nodes the way Ray
   does it (whole GPUs for whole requests, several fractional requests on one GPU), trainer
   ranks first and together (one STRICT_PACK placement group where one node holds them);
-- memory: each trainer rank's peak (`trainer_memory`, the arithmetic in its docstring) and
-  each engine's share (`engine_memory`: weights + KV cache inside vLLM's memory fraction);
+- memory: each trainer rank's peak (`trainer_memory`, the arithmetic in its docstring) at the
+  largest micro-batch (`microbatches`: sequences of at most the longest prompt plus the
+  longest generation, within max_model_len; `measure_longest_prompt` reads the prompts where
+  the tokenizer and the data are on this machine), and each engine's and distillation
+  teacher's share (`engine_memory`: weights + KV cache inside vLLM's memory fraction);
 - problems: more GPUs or CPUs than there are, a GPU shared under sync.method nccl (NCCL
-  refuses two ranks on one device), a trainer that cannot fit its GPU, engines and trainers
-  on one GPU that together need more than it has. Where an engine shares a GPU with a
-  trainer (fractional requests), the engine's memory fraction is capped to what the
-  trainer leaves (`engine_fraction`), or the plan is refused with the arithmetic.
+  refuses two ranks on one device), a trainer that cannot fit its GPU, engines, teachers and
+  trainers on one GPU that together need more than it has. Where engines or teachers share a
+  GPU with a trainer or each other (fractional requests), their memory fractions are scaled
+  to what is left (`shared_fractions`: engine_gpu_memory_utilization and
+  teacher_gpu_memory_utilization in the plan), or the plan is refused with the arithmetic.
 
 What Ray actually assigned is checked again once the actors run (rlvr.train.placement.
 shared_gpus, rlvr.train.weight_sync.choose).
@@ -79,30 +84,6 @@ def microbatch_tokens(cfg, longest_prompt: int | None = None) -> int:
     return microbatches(cfg, longest_prompt)["tokens"]
 
 
-def _sync(cfg, users: dict, has_gpus: bool, problems: list[str], notes: list[str]) -> str | None:
-    """The weight sync the run would use. NCCL's group is trainer rank 0 and every engine
-    worker, each on its own GPU; teachers take no part."""
-    r = cfg.rollout
-    shared = [key for key, on in users.items()
-              if len([a for a in on if a.role == "engine" or (a.role == "trainer" and a.index == 0)]) > 1]
-    method = cfg.sync.method
-    if cfg.sft.only:
-        notes.append("sft.only: the trainer ranks alone, no rollout engines and no weight sync")
-        return None         # no engines: no weights to send
-    if method == "auto":
-        if r.engine == "vllm" and has_gpus and shared:
-            notes.append("engines or trainer rank 0 share GPUs: weights go through the object store (NCCL refuses "
-                         "two ranks on one device)")
-        return "nccl" if r.engine == "vllm" and has_gpus and not shared else "object_store"
-    if method == "nccl" and not has_gpus:
-        problems.append("sync.method nccl needs GPUs, and the cluster has none")
-    elif method == "nccl" and shared:
-        problems.append(f"sync.method nccl with {len(shared)} GPU(s) shared by trainer rank 0 and engines "
-                        "(fractional GPUs): NCCL refuses two ranks on one device; use sync.method object_store "
-                        "or auto")
-    return method
-
-
 def make_plan(cfg, cluster: Cluster, shape: ModelShape | None, teacher: ModelShape | None = None,
               longest_prompt: int | None = None) -> dict:
     """The plan (see the module docstring) of `cfg` on `cluster` for a model of `shape` (None:
@@ -124,7 +105,27 @@ def make_plan(cfg, cluster: Cluster, shape: ModelShape | None, teacher: ModelSha
     for a in actors:
         for g in a.gpu_ids:
             users.setdefault((a.node, g), []).append(a)
-    sync = _sync(cfg, users, has_gpus, problems, notes)
+    # the weight sync: NCCL's group is trainer rank 0 and every engine worker, each on its own GPU;
+    # teachers take no part
+    shared = [key for key, on in users.items()
+              if len([a for a in on if a.role == "engine" or (a.role == "trainer" and a.index == 0)]) > 1]
+    method = cfg.sync.method
+    if cfg.sft.only:
+        sync = None         # no engines: no weights to send
+        notes.append("sft.only: the trainer ranks alone, no rollout engines and no weight sync")
+    elif method == "auto":
+        sync = "nccl" if r.engine == "vllm" and has_gpus and not shared else "object_store"
+        if r.engine == "vllm" and has_gpus and shared:
+            notes.append("engines or trainer rank 0 share GPUs: weights go through the object store (NCCL refuses "
+                         "two ranks on one device)")
+    else:
+        sync = method
+        if method == "nccl" and not has_gpus:
+            problems.append("sync.method nccl needs GPUs, and the cluster has none")
+        elif method == "nccl" and shared:
+            problems.append(f"sync.method nccl with {len(shared)} GPU(s) shared by trainer rank 0 and engines "
+                            "(fractional GPUs): NCCL refuses two ranks on one device; use sync.method object_store "
+                            "or auto")
     c = resolve_dtype(t.dtype, "cuda" if has_gpus else "cpu").itemsize
     bucket = cfg.sync.bucket_mb * 2**20 if cfg.sync.bucket_mb else max(512 * 2**20, c * shape.largest_tensor) \
         if shape is not None else 0
@@ -132,7 +133,8 @@ def make_plan(cfg, cluster: Cluster, shape: ModelShape | None, teacher: ModelSha
     tmem = None if shape is None else trainer_memory(
         shape, mbs["tokens"], world=world, compute_bytes=c, gradient_checkpointing=t.gradient_checkpointing,
         logprob_chunk=t.logprob_chunk_size, reference=t.loss.beta > 0, on_gpu=has_gpus,
-        sync=sync if has_gpus else None, bucket_bytes=int(bucket))
+        sends=sync is not None and has_gpus, broadcast=sync in ("nccl", "gloo") and has_gpus,
+        bucket_bytes=int(bucket) if sync == "nccl" and has_gpus else 0)
     eb = BYTES.get(r.dtype if r.dtype != "auto" else ("bfloat16" if has_gpus else "float32"), 2)
     tb = BYTES.get(te.dtype if te.dtype != "auto" else ("bfloat16" if has_gpus else "float32"), 2)
     fraction, tfraction = float(r.gpu_memory_utilization), float(te.gpu_memory_utilization)

@@ -131,7 +131,7 @@ def read_model_config(path: str) -> tuple[dict, str]:
 
 def trainer_memory(shape: ModelShape, tokens: int, *, world: int = 1, compute_bytes: int = 2,
                    gradient_checkpointing: bool = True, logprob_chunk: int = 1024, reference: bool = False,
-                   on_gpu: bool = True, sync: str | None = None, bucket_bytes: int = 0) -> dict:
+                   on_gpu: bool = True, sends: bool = False, broadcast: bool = False, bucket_bytes: int = 0) -> dict:
     """Estimated peak GPU memory of trainer rank 0 (the largest), in GiB, with its parts.
 
     P parameters, T tokens in the largest micro-batch (padded: rlvr.train.plan.microbatches),
@@ -157,11 +157,12 @@ def trainer_memory(shape: ModelShape, tokens: int, *, world: int = 1, compute_by
       the one accumulated), 2 x V x H x c.
     - optimizer step: foreach AdamW makes one fp32 temporary of every moment it updates, 4P /
       W.
-    - weights out (after the step, rlvr.train.trainer_weights): with W > 1 and a broadcast
-      (sync nccl or gloo) rank 0 keeps every parameter gathered in the compute dtype, cP;
-      under nccl the broadcast packs buckets on the GPU, two in flight (`two_buckets`: the
-      largest two consecutive buckets of the model's tensors in send order); otherwise one
-      tensor at a time, at most 4 x its largest.
+    - weights out (after the step, rlvr.train.trainer_weights; `sends`: the run syncs weights):
+      with W > 1 and a broadcast (`broadcast`: sync nccl or gloo) rank 0 keeps every parameter
+      gathered in the compute dtype, cP; buckets packed on the GPU (bucket_bytes > 0: the
+      nccl broadcast), two in flight (`two_buckets`: the largest two consecutive buckets of
+      the model's tensors in send order); otherwise one tensor at a time, at most 4 x the
+      largest.
     - the three phases (forward/backward, optimizer step, weights out) are not live at the
       same time: the largest counts, over the persistent states.
     - the allocator's fragmentation (+10%) and the CUDA context (0.5 GiB).
@@ -194,18 +195,18 @@ def trainer_memory(shape: ModelShape, tokens: int, *, world: int = 1, compute_by
     parts["loss_path"] = 2 * chunk * V * 4 + 2 * V * H * c
     parts["optimizer_step"] = 4 * P / W
     largest = shape.largest_tensor
-    parts["weights_out"] = c * P if W > 1 and sync in ("nccl", "gloo") else 0.0
-    if sync == "nccl":
-        parts["sync_buffers"] = two_buckets([c * n for n in shape.tensors()], int(bucket_bytes) or c * largest)
+    parts["weights_out"] = c * P if W > 1 and broadcast else 0.0
+    if bucket_bytes:
+        parts["sync_buffers"] = two_buckets([c * n for n in shape.tensors()], int(bucket_bytes))
     else:
-        parts["sync_buffers"] = 4 * largest if sync else 0.0
+        parts["sync_buffers"] = 4 * largest if sends else 0.0
     transient = max(parts["activations"] + parts["loss_path"], parts["optimizer_step"],
                     parts["weights_out"] + parts["sync_buffers"])
     persistent = sum(parts[k] for k in ("master_weights", "gradients", "optimizer", "compute_copy", "reference"))
     allocated = persistent + transient
     total = allocated * (1 + FRAGMENTATION) + (CUDA_CONTEXT_GIB * GIB if on_gpu else 0)
     out = {k: round(v / GIB, 2) for k, v in parts.items()}
-    out.update({"tokens_per_microbatch": T, "allocated_gib": round(allocated / GIB, 2),
+    out.update({"tokens_per_microbatch": T, "allocated_bytes": int(allocated), "allocated_gib": round(allocated / GIB, 2),
                 "est_peak_gib": round(total / GIB, 2)})
     return out
 
