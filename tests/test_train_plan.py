@@ -51,7 +51,7 @@ def test_qwen3_1_7b_trainer_estimate_at_32k_tokens_lands_in_the_reviewed_range()
         (2048, 28, 16, 8, 128, 6144, 151936, True)
     assert 1.70e9 < s.params < 1.73e9                       # Qwen3-1.7B: 1.72 B with tied embeddings
     m = trainer_memory(s, 32768)                            # one rank, bf16, checkpointing: the shipped configs
-    assert 45 <= m["est_peak_gib"] <= 60, m
+    assert 40 <= m["est_peak_gib"] <= 60, m
     # the fp32 states are 16 bytes a parameter; the bf16 compute copy 2
     assert m["master_weights"] + m["gradients"] + m["optimizer"] == pytest.approx(16 * s.params / 2**30, abs=0.05)
     assert m["compute_copy"] == pytest.approx(2 * s.params / 2**30, abs=0.01)
@@ -122,10 +122,10 @@ def test_shared_gpu_caps_the_engine_or_refuses_with_the_arithmetic(qwen_dir):
 
 
 def test_trainer_that_cannot_fit_its_gpu_is_a_problem(qwen_dir):
-    # one rank of 46 GiB on 40 GiB GPUs; the shipped four FSDP ranks (29 GiB each) fit
+    # one rank of 44 GiB on 40 GiB GPUs; the shipped four FSDP ranks (28 GiB each) fit
     p = make_plan(gsm8k(qwen_dir, "train.num_trainers=1", "rollout.num_engines=7"),
                   Cluster([Node(32, 8, 40.0, "n")], "planned"), qwen())
-    assert not p["fits"] and any("trainer rank(s) 0 need about 46" in x for x in p["problems"])
+    assert not p["fits"] and any("trainer rank(s) 0 need about 43.6" in x for x in p["problems"])
     assert make_plan(gsm8k(qwen_dir), Cluster([Node(32, 8, 40.0, "n")], "planned"), qwen())["fits"]
 
 
@@ -315,7 +315,9 @@ def test_fsdp_ranks_count_the_fp32_reference_the_root_and_rank_0s_weights_out():
     T, H, Hkv, I, V = 32768, 2048, 1024, 6144, 151_936
     act = 28 * T * H * 2 + T * (2 * (16 * H + 6 * Hkv + 4 * I) + 4 * (6 * H + 2 * Hkv) + 2 * (4 * H + 2 * I))
     loss = 2 * 1024 * V * 4 + 2 * V * H * 2
-    phase = max(act + loss, 4 * P / 4, 2 * P + 1_276_694_016)
+    checkpoints = 28 * T * H * 2
+    # with checkpointing, the loss path and the recomputed layer (with the root's output-layer gradient) apart
+    phase = max(checkpoints + max(act - checkpoints + V * H * 2, loss), 4 * P / 4, 2 * P + 1_276_694_016)
     assert m["est_peak_gib"] == pytest.approx(((persistent + phase) * 1.1 + 0.5 * G) / G, abs=0.01)
     # one rank: the reference in bf16 beside the policy, no gathered copy to send, no root apart
     one = trainer_memory(s, 32768, reference=True, sends=True, broadcast=True, bucket_bytes=622_329_856)
@@ -329,7 +331,8 @@ def test_fsdp_ranks_count_the_fp32_reference_the_root_and_rank_0s_weights_out():
 def test_users_config_of_64_sequences_of_768_tokens_is_planned_at_its_sequences(qwen_dir, tmp_path):
     """Their qwen3-1.7B-gsm8k-grpo-lr5e6.yaml: 64 completions per micro-batch of at most 768
     tokens (seq_len_buckets [768]: prompts of at most 256 + 512 generated), max_model_len 2560.
-    At max_model_len alone it was refused at 95 GiB; at its sequences it fits an 80 GiB GPU."""
+    At max_model_len alone it is refused (93 GiB; 95 GiB before the loss path and the recomputed
+    layer were counted apart); at its sequences it fits an 80 GiB GPU."""
     import yaml
 
     from rlvr.port_config import port_config
@@ -340,7 +343,7 @@ def test_users_config_of_64_sequences_of_768_tokens_is_planned_at_its_sequences(
     assert (cfg.train.micro_batch_size, cfg.rollout.max_model_len, cfg.rollout.max_tokens) == (64, 2560, 512)
     two = Cluster([Node(8, 2, 80.0, "n")], "planned")
     old = make_plan(cfg, two, qwen())                        # the longest prompt unknown: 64 x 2560 tokens
-    assert not old["fits"] and "need about 95.4 GiB" in old["problems"][0]
+    assert not old["fits"] and "need about 92.8 GiB" in old["problems"][0]
     p = make_plan(cfg, two, qwen(), longest_prompt=256)
     assert p["fits"], p["problems"]
     assert p["microbatches"] == {"longest_prompt": 256, "longest_sequence": 768, "rl": 64 * 768, "distill": 0,
@@ -352,8 +355,10 @@ def test_users_config_of_64_sequences_of_768_tokens_is_planned_at_its_sequences(
     assert m["activations"] == pytest.approx(act / G, abs=0.005) == pytest.approx(15.56, abs=0.01)
     persistent = 16 * P + 2 * P + 2 * P
     loss = 2 * 1024 * 151_936 * 4 + 2 * 151_936 * 2048 * 2
-    assert m["est_peak_gib"] == pytest.approx(((persistent + act + loss) * 1.1 + 0.5 * G) / G, abs=0.01)
-    assert 55 < m["est_peak_gib"] < 56
+    checkpoints = 28 * T * 2048 * 2                        # the recomputed layer is larger than the loss path
+    assert act - checkpoints > loss
+    assert m["est_peak_gib"] == pytest.approx(((persistent + act) * 1.1 + 0.5 * G) / G, abs=0.01)
+    assert 52 < m["est_peak_gib"] < 53
     # a longer prompt is bounded by max_model_len
     assert make_plan(cfg, two, qwen(), longest_prompt=5000)["microbatches"]["longest_sequence"] == 2560
 

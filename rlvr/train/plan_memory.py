@@ -164,10 +164,15 @@ def trainer_memory(shape: ModelShape, tokens: int, *, world: int = 1, compute_by
       the model's tensors in send order); otherwise one tensor at a time, at most 4 x the
       largest.
     - the three phases (forward/backward, optimizer step, weights out) are not live at the
-      same time: the largest counts, over the persistent states.
+      same time: the largest counts, over the persistent states. Within the backward, with
+      checkpointing, the loss path's buffers are freed before the last layer is recomputed:
+      the checkpoints plus the larger of the loss path and one recomputed layer (with W > 1
+      also the root's unsharded output-layer gradient, V x H x c, held until the embedding's
+      backward; one rank moves it to its fp32 master at once). Without checkpointing every
+      layer's activations are live at the loss.
     - the allocator's fragmentation (+10%) and the CUDA context (0.5 GiB).
 
-    Qwen3-1.7B (P = 1.72e9) at 32,768 tokens, bf16, checkpointing, one rank: about 46 GiB
+    Qwen3-1.7B (P = 1.72e9) at 32,768 tokens, bf16, checkpointing, one rank: about 44 GiB
     (bench/bench_plan_memory.py holds the arithmetic against a measured CPU step;
     bench/gpu_check.py measures the real peak on a GPU)."""
     P, H, L, V, I = shape.params, shape.hidden, shape.layers, shape.vocab, shape.intermediate
@@ -200,8 +205,11 @@ def trainer_memory(shape: ModelShape, tokens: int, *, world: int = 1, compute_by
         parts["sync_buffers"] = two_buckets([c * n for n in shape.tensors()], int(bucket_bytes))
     else:
         parts["sync_buffers"] = 4 * largest if sends else 0.0
-    transient = max(parts["activations"] + parts["loss_path"], parts["optimizer_step"],
-                    parts["weights_out"] + parts["sync_buffers"])
+    if gradient_checkpointing:      # the loss path's buffers are freed before the first layer is recomputed
+        forward_backward = checkpoints + max(layer + (V * H * c if W > 1 else 0.0), parts["loss_path"])
+    else:
+        forward_backward = parts["activations"] + parts["loss_path"]
+    transient = max(forward_backward, parts["optimizer_step"], parts["weights_out"] + parts["sync_buffers"])
     persistent = sum(parts[k] for k in ("master_weights", "gradients", "optimizer", "compute_copy", "reference"))
     allocated = persistent + transient
     total = allocated * (1 + FRAGMENTATION) + (CUDA_CONTEXT_GIB * GIB if on_gpu else 0)
