@@ -260,6 +260,9 @@ def test_teacher_sharing_a_trainers_gpu_takes_what_the_trainer_leaves_or_is_refu
     assert not p["fits"]
     [msg] = [x for x in p["problems"] if "teacher(s)" in x]
     assert "0 engine(s), 1 teacher(s) and 1 trainer rank(s)" in msg and "(trainer estimate)" in msg
+    # a teacher of unknown dimensions beside a trainer that leaves it nothing: still refused
+    p = make_plan(gkd(qwen_dir, *shared), Cluster([Node(8, 2, 40.0, "n")], "planned"), qwen(), None, 200)
+    assert not p["fits"] and any("cannot hold teacher 0" in x for x in p["problems"])
     # a teacher alone whose own fraction cannot hold its weights
     p = make_plan(gkd(qwen_dir, "teacher.gpu_memory_utilization=0.1"), Cluster([Node(8, 3, 80.0, "n")], "planned"),
                   qwen(), qwen4b(), 200)

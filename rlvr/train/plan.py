@@ -159,8 +159,11 @@ def make_plan(cfg, cluster: Cluster, shape: ModelShape | None, teacher: ModelSha
         tcap = caps[-1] if teachers else tfraction
         eneed = engine_memory(shape, ecap, mem, eb, r.tensor_parallel_size)
         tneed_e = engine_memory(teacher, tcap, mem, tb, te.tensor_parallel_size) if teacher is not None else None
+        # a teacher of unknown dimensions still needs its activations and some KV cache
+        teacher_short = tcap * mem < 1.0 + ENGINE_MIN_KV_GIB if tneed_e is None \
+            else tneed_e["kv_cache_gib"] < ENGINE_MIN_KV_GIB
         short = [f"engine {a.index}" for a in engines if eneed["kv_cache_gib"] < ENGINE_MIN_KV_GIB] + \
-            [f"teacher {a.index}" for a in teachers if tneed_e is not None and tneed_e["kv_cache_gib"] < ENGINE_MIN_KV_GIB]
+            [f"teacher {a.index}" for a in teachers if teacher_short]
         if not short:
             fraction, tfraction = (min(fraction, ecap) if engines else fraction,
                                    min(tfraction, tcap) if teachers else tfraction)
@@ -169,9 +172,10 @@ def make_plan(cfg, cluster: Cluster, shape: ModelShape | None, teacher: ModelSha
             a = on[0]
             frac, need = (fraction, eneed) if a.role == "engine" else (tfraction, tneed_e)
             key = "rollout" if a.role == "engine" else "teacher"
+            weights = f"the weights ({need['weights_gib']:.1f} GiB), " if need is not None else ""
             problems.append(f"{a.role} {a.index} on {where}: {frac:g} of it ({frac * mem:.1f} GiB, "
-                            f"{key}.gpu_memory_utilization) cannot hold the weights ({need['weights_gib']:.1f} GiB), "
-                            f"activations (1 GiB) and {ENGINE_MIN_KV_GIB:g} GiB of KV cache")
+                            f"{key}.gpu_memory_utilization) cannot hold {weights}activations (1 GiB) and "
+                            f"{ENGINE_MIN_KV_GIB:g} GiB of KV cache")
             continue
         asked, left = [], []
         if engines:
@@ -181,9 +185,8 @@ def make_plan(cfg, cluster: Cluster, shape: ModelShape | None, teacher: ModelSha
         if teachers:
             asked.append(f"{len(teachers)} x {te.gpu_memory_utilization:g} x {mem:.0f} GiB "
                          "(teacher.gpu_memory_utilization)")
-            if tneed_e is not None:
-                left.append(f"a teacher {tcap:.3f} ({tcap * mem:.1f} GiB) for its weights "
-                            f"({tneed_e['weights_gib']:.1f} GiB)")
+            left.append(f"a teacher {tcap:.3f} ({tcap * mem:.1f} GiB)" + (
+                f" for its weights ({tneed_e['weights_gib']:.1f} GiB)" if tneed_e is not None else ""))
         if trainers:
             asked.append(f"{tneed:.1f} GiB (trainer estimate)")
         asked, left = " + ".join(asked), "; ".join(left)
