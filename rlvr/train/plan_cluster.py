@@ -226,7 +226,7 @@ def requests(cfg, has_gpus: bool) -> list[Actor]:
         return out
     out += [Actor("engine", e, float(r.engine_num_gpus) * r.tensor_parallel_size if has_gpus else 0.0,
                   float(r.engine_num_cpus), dict(r.engine_resources)) for e in range(r.num_engines)]
-    te = cfg.teacher   # a distillation teacher on engines of its own (rlvr.train.distill; its memory is not estimated)
+    te = cfg.teacher   # a distillation teacher on engines of its own (rlvr.train.distill)
     if t.distill.weight > 0 and te.model not in (None, "policy"):
         out += [Actor("teacher", e, float(te.engine_num_gpus) * te.tensor_parallel_size if has_gpus else 0.0,
                       float(te.engine_num_cpus), dict(te.engine_resources)) for e in range(te.num_engines)]
