@@ -280,7 +280,7 @@ def test_eval_only_job_uploads_results_and_a_second_one_skips_them(aws, s3env, t
         assert r.code == 0, r.stderr
         opt_ml = tmp_path / "jobs" / name
         (p,) = [json.loads(ln) for ln in open(aws.docker_log) if name in ln]
-        assert "--entrypoint" in p["args"]
+        assert "--entrypoint" in p["argv"] and p["argv"][0] == "run"
         job = JobEnv.read({"RLVR_OPT_ML": str(opt_ml), "TRAINING_JOB_NAME": name, **env})
         pl = plan(job, env)
         assert pl.eval_cmd[3:] == ["--jobs", str(opt_ml / "input" / "data" / "config" / "jobs.json"),
