@@ -246,6 +246,14 @@ def test_sagemaker_dry_run_of_an_eval_only_job(aws, tmp_path):
                                       "rlvr_eval_jobs": "jobs.json", "rlvr_eval_results": f"s3://{aws.bucket}/rlvr/evals/"}
     assert f'"checkpoint_path": "s3://{aws.bucket}/rlvr/checkpoints/job-a/tiny_step1/"' in r.stderr
     assert "job-a/tiny_step1" in r.stderr
+    # a training job with their config: its two task groups evaluate on the last two GPUs
+    r = invoke("rlvr-submit", [TINY, "--eval-config", os.path.join(DATA, "lm_eval_watch", "lm_eval_watch.yaml"),
+                               "--role", aws.role, "--s3", aws.s3uri, "--job-log", aws.log, "--image",
+                               f"{aws.repo}:v1", "--dry-run", "--instance-type", "ml.p4de.24xlarge"])
+    assert r.code == 0, r.stderr
+    hp = json.loads(r.stdout)["HyperParameters"]
+    assert (hp["rlvr_train_gpus"], hp["rlvr_eval_gpus"]) == ("0,1,2,3,4,5", "6,7")
+    assert "the eval config evaluates on 2" in r.stderr
 
 
 # ----------------------------------------------------------------------------- simulated jobs

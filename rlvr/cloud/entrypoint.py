@@ -18,7 +18,11 @@ What it reads (SageMaker's training-toolkit variables where set, else SageMaker'
 
 RLVR_OPT_ML replaces /opt/ml in every default path (a SageMaker layout in another folder, as
 the tests use). With rlvr_eval_config, `rlvr-eval --watch` runs beside training on
-rlvr_eval_gpus (training on rlvr_train_gpus) and finishes the last checkpoints after it.
+rlvr_eval_gpus (training on rlvr_train_gpus) and finishes the last checkpoints after it; then
+the log says which checkpoints were evaluated on which tasks and where, and lists each one
+that was not (rlvr.cloud.evaljob.report). An eval-only job (rlvr-submit --eval: rlvr_eval_jobs
+and rlvr_eval_results instead of rlvr_config) runs `rlvr-eval --jobs` over the jobs file of the
+config channel, its results kept at rlvr_eval_results (rlvr.cloud.evaljob).
 On failure the reason is written to /opt/ml/output/failure, where SageMaker shows it.
 
 Several instances (SM_HOSTS / resourceconfig.json's hosts): the first host starts a Ray head,
@@ -295,7 +299,10 @@ def run(p: Plan, job: JobEnv) -> int:
                 last = subprocess.run([*p.eval_cmd, "--once"], env=p.eval_env)
                 if last.returncode != 0:
                     log(f"warning: the last evaluation pass exited {last.returncode}")
-            _watch_report(p, seen.stop(), f"{layout.root}evals" if sync is not None else None)
+            try:
+                _watch_report(p, seen.stop(), f"{layout.root}evals" if sync is not None else None)
+            except Exception as e:  # noqa: BLE001 - the report must not take a finished training down
+                log(f"warning: could not report the evaluations ({type(e).__name__}: {e}); see {p.eval_out}")
     finally:
         if p.ray_start:
             subprocess.run(["ray", "stop"])  # its port closes: the other instances leave the cluster
