@@ -245,6 +245,35 @@ def test_harness_lm_eval_runs_lm_evals_vllm_backend_under_the_template(tiny_mode
         assert ours[s["doc_id"]][f"exact_match,{s['filter']}"] == s["exact_match"]
 
 
+def test_harness_lm_eval_takes_a_generation_length(tiny_model_dir, tmp_path):
+    """--harness lm-eval --max-tokens TASK=N (an lm-eval watch config's max_gen_toks): lm-eval's
+    own run generates at most N tokens (its --gen_kwargs max_gen_toks=N), the result line says
+    so, and the completions cut there are counted against N."""
+    import subprocess
+    import sys
+
+    import orjson
+
+    from helpers import REPO
+
+    out = tmp_path / "evals"
+    env = dict(os.environ, RLVR_CACHE=str(tmp_path / "cache"), OMP_NUM_THREADS="1")
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    r = subprocess.run([sys.executable, "-m", "rlvr.commands.eval", str(tiny_model_dir), str(out), "-b", "gsm8k",
+                        "--shots", "1", "--source", f"gsm8k={SOURCES['gsm8k']}", "--limit", "2", "--max-model-len",
+                        "2048", "--harness", "lm-eval", "--model-args", "enforce_eager=True", "--max-tokens",
+                        "gsm8k=16"], capture_output=True, text=True, cwd=REPO, env=env, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    line = orjson.loads(r.stdout)
+    run_dir = out / "gsm8k_1shot"
+    argv = orjson.loads((run_dir / "command.json").read_bytes())["argv"]
+    assert argv[argv.index("--gen_kwargs") + 1] == "temperature=0,max_gen_toks=16"
+    notes = [orjson.loads(x) for x in (run_dir / "finish_reasons.jsonl").read_bytes().splitlines()]
+    assert line["max_gen_toks"] == 16 and line["max_tokens"] == [16] == line["hit_max_tokens"]["max_tokens"]
+    assert len(notes) == 2 and all(n["tokens"] <= 16 for n in notes)
+    assert line["hit_max_tokens"]["completions"] == sum(n["finish_reason"] == "length" for n in notes)
+
+
 def test_completions_cut_at_the_generation_limit_are_counted(tmp_path, monkeypatch):
     """lm_eval_cli wraps the vLLM backend's generation to note each completion's finish reason
     (lm-eval keeps only the text); the harness counts those that hit max_gen_toks."""

@@ -127,7 +127,8 @@ def test_olmes_watch_configs(tmp_path):
     assert cmd[1:] == ["-m", "rlvr.commands.eval", "--watch", "RUN/checkpoints/step_*", "RUN/evals", "--interval", "5",
                        "--harness", "olmes", "--harness-python", "/venv/bin/python", "-b", "gsm8k::tulu,ifeval::tulu",
                        "-b", "minerva_math::tulu", "-b", "codex_humaneval::tulu", "--gpus", "6,7"]
-    for text, needle in (("harness: lm-eval\nbenchmarks: [x]\n", "harness: expected one of rlvr, olmes"),
+    for text, needle in (("harness: hf\nbenchmarks: [x]\n", "harness: expected one of rlvr, olmes, lm-eval"),
+                         ("harness: lm-eval\nbenchmarks: [x]\n", "unknown benchmark 'x'"),
                          ("task_groups: [[a::b]]\n", "task_groups go with harness: olmes"),
                          ("harness: olmes\ntask_groups: [[]]\n", "task_groups[0]"),
                          ("harness: olmes\ntask_groups: [{benchmarks: [{task: a::b, num_fewshot: 4}]}]\n",

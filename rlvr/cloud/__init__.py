@@ -1,4 +1,4 @@
-"""Cloud runs: submit rlvr-train to SageMaker (or the same image under local docker) and host it there.
+"""Cloud runs: submit rlvr-train (or rlvr-eval over checkpoints) to SageMaker (or the same image under local docker) and host it there.
 
     rlvr.cloud.submit      rlvr-submit's flow: checks first, then build/push, upload the config, one request
     rlvr.cloud.sagemaker   job names, the CreateTrainingJob request, instance GPUs, describe/stop/list (boto3)
@@ -7,7 +7,8 @@
     rlvr.cloud.joblog      the job log (docs/job_log.md): opaque job name -> config, description, time
     rlvr.cloud.layout      the job's S3 layout and the live uploads of a run folder into it
     rlvr.cloud.entrypoint  inside the job: SageMaker's environment -> rlvr-train (and rlvr-eval --watch)
-    rlvr.cloud.evalspec    --eval-config: the rlvr-eval --watch that runs beside training
+    rlvr.cloud.evalspec    --eval-config: the rlvr-eval --watch that runs beside training (any of three forms)
+    rlvr.cloud.evaljob     eval-only jobs (--eval): which checkpoints, S3 results, the report of what was evaluated
     rlvr.cloud.aws         boto3 sessions and clients with rlvr's one-line errors
 
 rlvr-submit (rlvr/commands/submit.py) is the command line; docs/cloud.md the whole flow.

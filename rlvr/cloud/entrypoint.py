@@ -18,7 +18,11 @@ What it reads (SageMaker's training-toolkit variables where set, else SageMaker'
 
 RLVR_OPT_ML replaces /opt/ml in every default path (a SageMaker layout in another folder, as
 the tests use). With rlvr_eval_config, `rlvr-eval --watch` runs beside training on
-rlvr_eval_gpus (training on rlvr_train_gpus) and finishes the last checkpoints after it.
+rlvr_eval_gpus (training on rlvr_train_gpus) and finishes the last checkpoints after it; then
+the log says which checkpoints were evaluated on which tasks and where, and lists each one
+that was not (rlvr.cloud.evaljob.report). An eval-only job (rlvr-submit --eval: rlvr_eval_jobs
+and rlvr_eval_results instead of rlvr_config) runs `rlvr-eval --jobs` over the jobs file of the
+config channel, its results kept at rlvr_eval_results (rlvr.cloud.evaljob).
 On failure the reason is written to /opt/ml/output/failure, where SageMaker shows it.
 
 Several instances (SM_HOSTS / resourceconfig.json's hosts): the first host starts a Ray head,
@@ -39,8 +43,8 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
-from rlvr.cloud.sagemaker import (CONFIG_CHANNEL, ENV_JOB_S3, HP_CONFIG, HP_EVAL_CONFIG, HP_EVAL_GPUS,
-                                  HP_SYNC_INTERVAL, HP_TRAIN_GPUS, parse_gpus)
+from rlvr.cloud.sagemaker import (CONFIG_CHANNEL, ENV_JOB_S3, HP_CONFIG, HP_EVAL_CONFIG, HP_EVAL_GPUS, HP_EVAL_JOBS,
+                                  HP_EVAL_RESULTS, HP_SYNC_INTERVAL, HP_TRAIN_GPUS, parse_gpus)
 from rlvr.errors import Failure, UsageError
 
 PROG = "rlvr-entrypoint"
@@ -134,11 +138,44 @@ class Plan:
     ray_start: list[str] | None = None
     worker: bool = False              # this host only lends its GPUs to the head's cluster
     nodes: int = 1
+    eval_spec: object = None          # rlvr.cloud.evalspec.EvalSpec, with --eval-config
+    eval_pattern: str | None = None   # the checkpoints the watcher evaluates (train + eval)
+    eval_out: str | None = None       # where the evaluations go
+    eval_jobs: str | None = None      # an eval-only job: the rlvr-eval --jobs file (no training)
+    eval_results: str | None = None   # an eval-only job: the s3:// prefix of the results
+
+
+def _eval_only_plan(job: JobEnv, env: dict[str, str], hps: dict[str, str]) -> Plan:
+    """An eval-only job (rlvr-submit --eval): rlvr-eval --jobs over the jobs file of the config
+    channel, into $SM_MODEL_DIR/evals, results kept at rlvr_eval_results."""
+    from rlvr.cloud.evalspec import load_eval_config
+
+    if CONFIG_CHANNEL not in job.channels:
+        raise UsageError(f"no '{CONFIG_CHANNEL}' input channel (SM_CHANNEL_CONFIG)")
+    jobs = _in_channel(job.channels[CONFIG_CHANNEL], hps.pop(HP_EVAL_JOBS))
+    name = hps.pop(HP_EVAL_CONFIG, None)
+    if not name:
+        raise UsageError(f"hyperparameter {HP_EVAL_CONFIG} (the eval config's file name) is missing")
+    spec = load_eval_config(_in_channel(job.channels[CONFIG_CHANNEL], name))
+    gpus = parse_gpus(hps.pop(HP_EVAL_GPUS, None), HP_EVAL_GPUS)
+    try:
+        interval = float(hps.pop(HP_SYNC_INTERVAL, DEFAULT_SYNC_INTERVAL))
+    except ValueError:
+        raise UsageError(f"hyperparameter {HP_SYNC_INTERVAL}: not a number") from None
+    out = os.path.join(job.model_dir, "evals")
+    child = {k: v for k, v in env.items() if k != "RLVR_RUN_DIR"}
+    if "data" in job.channels:
+        child["RLVR_DATA_DIR"] = job.channels["data"]
+    return Plan(config="", run_dir=job.model_dir, train_cmd=[], train_env={}, eval_cmd=spec.jobs_command(jobs, out, gpus),
+                eval_env=child, jobs_uri=env.get(ENV_JOB_S3) or None, sync_interval=interval, eval_spec=spec,
+                eval_out=out, eval_jobs=jobs, eval_results=hps.pop(HP_EVAL_RESULTS, None) or None)
 
 
 def plan(job: JobEnv, environ: dict[str, str] | None = None, now: _dt.datetime | None = None) -> Plan:
     env = dict(os.environ if environ is None else environ)
     hps = dict(job.hyperparameters)
+    if HP_EVAL_JOBS in hps:
+        return _eval_only_plan(job, env, hps)
     name = hps.pop(HP_CONFIG, None)
     if not name:
         raise UsageError(f"hyperparameter {HP_CONFIG} (the config's file name) is missing")
@@ -180,17 +217,18 @@ def plan(job: JobEnv, environ: dict[str, str] | None = None, now: _dt.datetime |
             train_cmd += ["--ray-address", head]
         else:
             ray_start = ["ray", "start", f"--address={head}", "--disable-usage-stats"]
-    eval_cmd = eval_env = None
+    eval_cmd = eval_env = spec = pattern = out = None
     if eval_name:
         from rlvr.cloud.evalspec import load_eval_config
 
         spec = load_eval_config(_in_channel(job.channels[CONFIG_CHANNEL], eval_name))
-        eval_cmd = spec.command(os.path.join(run_dir, "checkpoints", "step_*"), os.path.join(run_dir, "evals"),
-                                eval_gpus)
+        pattern, out = os.path.join(run_dir, "checkpoints", "step_*"), os.path.join(run_dir, "evals")
+        eval_cmd = spec.command(pattern, out, eval_gpus)
         eval_env = dict(child)
     return Plan(config=config, run_dir=run_dir, train_cmd=train_cmd, train_env=train_env, eval_cmd=eval_cmd,
                 eval_env=eval_env, jobs_uri=env.get(ENV_JOB_S3) or None, sync_interval=interval, ray_head=head,
-                ray_start=ray_start, worker=bool(head) and job.current_host != job.hosts[0], nodes=len(job.hosts))
+                ray_start=ray_start, worker=bool(head) and job.current_host != job.hosts[0], nodes=len(job.hosts),
+                eval_spec=spec, eval_pattern=pattern, eval_out=out)
 
 
 def _in_channel(folder: str, name: str) -> str:
@@ -204,6 +242,8 @@ def _in_channel(folder: str, name: str) -> str:
 
 def run(p: Plan, job: JobEnv) -> int:
     """Start training (and the eval watcher), keep S3 current, and return training's exit status."""
+    if p.eval_jobs:
+        return run_eval_only(p, job)
     if p.ray_start:
         _ray_auth(p)
     if p.worker:
@@ -242,6 +282,7 @@ def run(p: Plan, job: JobEnv) -> int:
             log("$ " + " ".join(p.eval_cmd))
             watcher = subprocess.Popen(p.eval_cmd, env=p.eval_env)
             procs.append(watcher)
+        seen = _Seen(p.eval_pattern, p.sync_interval).start() if watcher is not None else None
         rc = train.wait()
         if watcher is not None:
             # the watcher may be mid-way: stop it, then one pass that evaluates what is left.
@@ -258,6 +299,10 @@ def run(p: Plan, job: JobEnv) -> int:
                 last = subprocess.run([*p.eval_cmd, "--once"], env=p.eval_env)
                 if last.returncode != 0:
                     log(f"warning: the last evaluation pass exited {last.returncode}")
+            try:
+                _watch_report(p, seen.stop(), f"{layout.root}evals" if sync is not None else None)
+            except Exception as e:  # noqa: BLE001 - the report must not take a finished training down
+                log(f"warning: could not report the evaluations ({type(e).__name__}: {e}); see {p.eval_out}")
     finally:
         if p.ray_start:
             subprocess.run(["ray", "stop"])  # its port closes: the other instances leave the cluster
@@ -270,6 +315,110 @@ def run(p: Plan, job: JobEnv) -> int:
         _failure(job, why)
         rc = 1
     return rc
+
+
+class _Seen:
+    """The checkpoints that appeared while training ran (so that one deleted before the watcher
+    reached it is reported, not lost)."""
+
+    def __init__(self, pattern: str, interval: float):
+        import threading
+
+        self.pattern, self.interval, self.found = pattern, max(0.5, min(interval, 10.0)), []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="rlvr-checkpoints-seen", daemon=True)
+
+    def poll(self) -> None:
+        from rlvr.eval.jobs import find_checkpoints
+
+        try:
+            self.found += [c for c in find_checkpoints(self.pattern) if c not in self.found]
+        except OSError:   # a checkpoint deleted while it was looked at: the next poll
+            pass
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.poll()
+
+    def start(self) -> "_Seen":
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[str]:
+        self._stop.set()
+        self._thread.join()
+        self.poll()
+        return list(self.found)
+
+
+def _watch_report(p: Plan, seen: list[str], uri: str | None) -> None:
+    """Which checkpoints the watcher evaluated, on which tasks, where the results are, and each
+    one it did not (one line each)."""
+    from rlvr.cloud.evaljob import report, spec_units
+
+    expected = [(os.path.basename(c), rel, units) for c, rel, units in
+                spec_units(p.eval_spec, [(c, None) for c in seen], p.eval_out, pattern=p.eval_pattern)]
+    gone = {c for c in seen if not os.path.isdir(c)}
+    report(expected, spec_opts_of(p), where=p.eval_out, uri=uri, gone=gone, log=log)
+
+
+def spec_opts_of(p: Plan):
+    from rlvr.cloud.evaljob import spec_opts
+
+    return spec_opts(p.eval_spec)
+
+
+def run_eval_only(p: Plan, job: JobEnv) -> int:
+    """An eval-only job: fetch what earlier jobs finished, run rlvr-eval --jobs with the results
+    going up as they come, then report what was evaluated (and what was not)."""
+    from rlvr.cloud.evaljob import EvalSync, report, spec_units
+    from rlvr.eval.jobs import read_jobs
+
+    os.makedirs(p.eval_out, exist_ok=True)
+    sync = None
+    if p.eval_results:
+        sync = EvalSync(p.eval_out, p.eval_results, p.sync_interval, log=log)
+        n = sync.pull_finished()
+        log(f"job {job.job}: results in {p.eval_out}, kept at {p.eval_results} "
+            f"({n} file(s) of earlier evaluations fetched: finished units are skipped)")
+        sync.start()
+    else:
+        log(f"job {job.job}: results in {p.eval_out} (no {HP_EVAL_RESULTS}: not kept on S3)")
+    work = read_jobs(p.eval_jobs)
+    rc = 1
+    procs: list[subprocess.Popen] = []
+
+    def forward(signum, frame):
+        for q in procs:
+            if q.poll() is None:
+                q.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    try:
+        log("$ " + " ".join(p.eval_cmd))
+        proc = subprocess.Popen(p.eval_cmd, env=p.eval_env)
+        procs.append(proc)
+        rc = proc.wait()
+    finally:
+        failed = sync.finish() if sync is not None else []
+    expected = spec_units(p.eval_spec, [(j.checkpoint, j.name) for j in work], p.eval_out, jobs=True)
+    missing = report(expected, spec_opts_of(p), where=p.eval_out, uri=p.eval_results, log=log)
+    if sync is not None:   # the report goes up too
+        from rlvr.cloud.evaljob import NOT_UPLOADED, REPORT
+        from rlvr.s3 import BackgroundUploader
+
+        last = BackgroundUploader(p.eval_results, root=p.eval_out, exclude=NOT_UPLOADED)
+        last.submit(os.path.join(p.eval_out, REPORT))
+        failed += last.close(timeout=600)
+    if failed:
+        why = f"{len(failed)} upload(s) to {p.eval_results} failed, e.g. {failed[0][0]}: {failed[0][1]}"
+        log(why)
+        _failure(job, why)
+        return 1
+    if rc != 0 or missing:
+        _failure(job, f"rlvr-eval exited with status {rc}; {len(missing)} evaluation(s) not done (see the job's log)")
+        return rc or 1
+    return 0
 
 
 def _ray_auth(p: Plan) -> None:

@@ -39,26 +39,41 @@ import yaml
 from rlvr.errors import UsageError
 
 KEYS = ("benchmarks", "interval", "args", "harness", "task_groups", "harness_python")
-HARNESSES = ("rlvr", "olmes")
+HARNESSES = ("rlvr", "olmes", "lm-eval")
 
 
 @dataclass
 class EvalSpec:
-    benchmarks: list[str]
+    benchmarks: list[str]                      # the tasks of --watch
     interval: float = 60.0
     args: list[str] = field(default_factory=list)
     harness: str = "rlvr"
     harness_python: str | None = None
+    job_benchmarks: list[str] | None = None    # the tasks of --jobs (eval-only jobs), where they differ
+    eval_gpus: int | None = None               # how many GPUs the config evaluates on (its task groups)
+    form: str = "rlvr"                         # the form it was written in (rlvr.eval.watchconfig.config_form)
 
-    def command(self, pattern: str, out_dir: str, gpus: list[int] | None) -> list[str]:
-        cmd = [sys.executable, "-m", "rlvr.commands.eval", "--watch", pattern, out_dir,
-               "--interval", f"{self.interval:g}"]
+    def options(self, jobs: bool = False) -> list[str]:
+        """rlvr-eval's options for this config (tasks, harness, more args), without the mode."""
+        cmd = []
         if self.harness != "rlvr":
             cmd += ["--harness", self.harness]
         if self.harness_python:
             cmd += ["--harness-python", self.harness_python]
-        for b in self.benchmarks:
+        for b in (self.job_benchmarks or self.benchmarks) if jobs else self.benchmarks:
             cmd += ["-b", b]
+        return cmd
+
+    def command(self, pattern: str, out_dir: str, gpus: list[int] | None) -> list[str]:
+        cmd = [sys.executable, "-m", "rlvr.commands.eval", "--watch", pattern, out_dir,
+               "--interval", f"{self.interval:g}", *self.options()]
+        if gpus:
+            cmd += ["--gpus", ",".join(map(str, gpus))]
+        return cmd + list(self.args)
+
+    def jobs_command(self, jobs_file: str, out_dir: str, gpus: list[int] | None) -> list[str]:
+        """`rlvr-eval --jobs JOBS OUT` over this config's tasks (an eval-only job)."""
+        cmd = [sys.executable, "-m", "rlvr.commands.eval", "--jobs", jobs_file, out_dir, *self.options(jobs=True)]
         if gpus:
             cmd += ["--gpus", ",".join(map(str, gpus))]
         return cmd + list(self.args)
@@ -74,8 +89,14 @@ def load_eval_config(path: str) -> EvalSpec:
         raise UsageError(f"{path}: not valid YAML: {str(e).splitlines()[0]}") from None
     if not isinstance(data, dict):
         raise UsageError(f"{path}: expected a mapping with {', '.join(KEYS)}")
-    if set(data) & THEIR_KEYS:
+    from rlvr.eval.watchconfig import config_form, lm_eval_watch_form
+
+    form = config_form(data)
+    if form == "lm-eval-watch":
+        return _lm_eval_spec(path, lm_eval_watch_form(path, data, _warn()))
+    if form == "olmes-watch":
         data = olmes_watch_form(path, data)
+    eval_gpus = data.pop("eval_gpus", None) if form == "olmes-watch" else None
     unknown = sorted(set(data) - set(KEYS))
     if unknown:
         raise UsageError(f"{path}: unknown key {unknown[0]!r} (known: {', '.join(KEYS)})")
@@ -98,15 +119,42 @@ def load_eval_config(path: str) -> EvalSpec:
         for g in b:
             olmes_tasks(g)
     hp = data.get("harness_python")
-    if hp is not None and (harness != "olmes" or not isinstance(hp, str) or not hp):
-        raise UsageError(f"{path}: harness_python: the path of OLMES's interpreter (with harness: olmes)")
+    if hp is not None and (harness == "rlvr" or not isinstance(hp, str) or not hp):
+        raise UsageError(f"{path}: harness_python: the path of the harness's interpreter (with harness: olmes "
+                         "or lm-eval)")
     interval = data.get("interval", 60)
     if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval < 0:
         raise UsageError(f"{path}: interval: expected a number of seconds >= 0, got {interval!r}")
     args = data.get("args") or []
     if not isinstance(args, list) or not all(isinstance(a, (str, int, float)) for a in args):
         raise UsageError(f"{path}: args: expected a list of rlvr-eval options")
-    return EvalSpec(list(b), float(interval), [str(a) for a in args], harness, hp)
+    if harness == "lm-eval":
+        _check_tasks(path, b, harness)
+    return EvalSpec(list(b), float(interval), [str(a) for a in args], harness, hp, eval_gpus=eval_gpus, form=form)
+
+
+def _warn():
+    from rlvr.messages import warn
+
+    return warn
+
+
+def _check_tasks(path: str, tasks: list[str], harness: str) -> None:
+    from rlvr.eval.jobs import sweep_tasks
+
+    try:
+        sweep_tasks(tasks, harness)
+    except UsageError as e:
+        raise UsageError(f"{path}: {e}") from None
+
+
+def _lm_eval_spec(path: str, d: dict) -> EvalSpec:
+    """EvalSpec of their lm-eval watch config (rlvr.eval.watchconfig), its tasks checked."""
+    _check_tasks(path, d["benchmarks"], d["harness"])
+    if d["job_benchmarks"] != d["benchmarks"]:
+        _check_tasks(path, d["job_benchmarks"], d["harness"])
+    return EvalSpec(d["benchmarks"], float(d.get("interval", 60)), d["args"], d["harness"],
+                    job_benchmarks=d["job_benchmarks"], eval_gpus=d.get("eval_gpus"), form="lm-eval-watch")
 
 
 def _task_groups(path: str, groups) -> list[str]:
@@ -146,7 +194,7 @@ _JOB_DECIDES = {
     "olmes.upload_summary": "the evals/ folder (OLMES's metrics and rlvr's table) goes to S3 with the run",
 }
 _OLMES_KEYS = {"tasks", "task_suites", "model_type", "model_args", "num_shots", "limit", "hf_cache_s3",
-               "hf_cache_local", "upload_summary"}
+               "hf_cache_local", "upload_summary", "num_workers", "num_gpus"}
 
 
 def olmes_watch_form(path: str, data: dict) -> dict:
@@ -201,6 +249,11 @@ def olmes_watch_form(path: str, data: dict) -> dict:
             args += ["--dtype", str(v)]
         elif k in ("max_length", "max_model_len"):
             args += ["--max-model-len", str(v)]
+        elif k == "gpu_memory_utilization":  # memory only: OLMES's vLLM takes it as given
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+                problems.append(f"olmes.model_args.{k}: expected a number in (0, 1], got {v!r}")
+            elif v != OLMES_MODEL_ARGS[k]:
+                extra.append(f"{k}={v}")
         elif k in OLMES_MODEL_ARGS or k == "model_path":
             if v != OLMES_MODEL_ARGS.get(k):
                 problems.append(f"olmes.model_args.{k}: {v!r} (rlvr's OLMES runs fix it at "
@@ -209,6 +262,17 @@ def olmes_watch_form(path: str, data: dict) -> dict:
             extra.append(f"{k}={v}")
     if extra:
         args += ["--model-args", ",".join(extra)]
+    # the newer form (their olmo-repro branch): num_gpus evaluation GPUs, num_workers OLMES
+    # processes per task: rlvr runs one process per task group on each of the evaluation GPUs
+    for k in ("num_gpus", "num_workers"):
+        v = olmes.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            problems.append(f"olmes.{k}: expected an integer >= 1, got {v!r}")
+    if olmes.get("num_workers") not in (None, 1):
+        problems.append(f"olmes.num_workers: {olmes['num_workers']!r} (rlvr runs one OLMES process per task group "
+                        "and GPU: spread them with num_gpus)")
+    if isinstance(olmes.get("num_gpus"), int) and not isinstance(olmes["num_gpus"], bool):
+        out["eval_gpus"] = olmes["num_gpus"]   # the job's default number of evaluation GPUs
     for k, opt in (("num_shots", "--shots"), ("limit", "--limit")):
         if olmes.get(k) is not None:
             args += [opt, str(olmes[k])]
@@ -221,7 +285,7 @@ def olmes_watch_form(path: str, data: dict) -> dict:
     if args:
         out["args"] = args
     if problems:
-        form = yaml.safe_dump(out, default_flow_style=True, sort_keys=False, width=1 << 16).strip()
+        form = yaml.safe_dump({k: v for k, v in out.items() if k != "eval_gpus"}, default_flow_style=True, sort_keys=False, width=1 << 16).strip()
         raise UsageError(f"{path}: {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
                          + f"; in rlvr's form (YAML), what maps of it is: {form}")
     for key in ignored:

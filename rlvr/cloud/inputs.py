@@ -83,8 +83,14 @@ def _eval_sources(args: list[str], benchmarks: list[str]) -> dict[str, str]:
 def job_inputs(cfg, channels: dict[str, str], env: dict[str, str], eval_spec=None) -> list[Input]:
     """The s3:// inputs of a job running `cfg` (a TrainConfig, --set applied) with these input
     channels and job environment variables, and the evaluation beside it (an EvalSpec of
-    --eval-config, or None)."""
+    --eval-config, or None). cfg None: an eval-only job (rlvr-submit --eval), which reads
+    the evaluation's inputs only."""
     out: list[Input] = []
+    if cfg is None:
+        from rlvr.train.config import TrainConfig
+
+        cfg = TrainConfig()
+        cfg.data.dataset, cfg.data.mix, cfg.eval.benchmarks = None, None, []
     if _s3(cfg.model.path) and "model" not in channels:
         out.append(Input("model.path", (cfg.model.path,), "model"))
     if _s3(cfg.teacher.model):
@@ -104,9 +110,9 @@ def job_inputs(cfg, channels: dict[str, str], env: dict[str, str], eval_spec=Non
     names = list(cfg.data.mix or {}) or ([cfg.data.dataset] if cfg.data.dataset else [])
     wanted += [("", n, cfg.data.split or "train") for n in names if n not in sources]
     evals = [("eval", list(cfg.eval.benchmarks), dict(cfg.eval.source or {}))]
-    if eval_spec is not None and eval_spec.harness == "rlvr":
-        evals.append(("--eval-config", list(eval_spec.benchmarks),
-                      _eval_sources(list(eval_spec.args), list(eval_spec.benchmarks))))
+    if eval_spec is not None and eval_spec.harness in ("rlvr", "lm-eval"):
+        benches = list(dict.fromkeys([*eval_spec.benchmarks, *(eval_spec.job_benchmarks or [])]))
+        evals.append(("--eval-config", benches, _eval_sources(list(eval_spec.args), benches)))
     for what, benches, given in evals:
         from rlvr.eval.runner import source_for
 

@@ -29,6 +29,8 @@ HP_EVAL_CONFIG = "rlvr_eval_config"
 HP_TRAIN_GPUS = "rlvr_train_gpus"
 HP_EVAL_GPUS = "rlvr_eval_gpus"
 HP_SYNC_INTERVAL = "rlvr_sync_interval"
+HP_EVAL_JOBS = "rlvr_eval_jobs"          # an eval-only job: rlvr-eval --jobs over this file of the config channel
+HP_EVAL_RESULTS = "rlvr_eval_results"    # an eval-only job: the s3:// prefix of the results (shared by every job)
 ENV_JOB_S3 = "RLVR_JOB_S3"
 _MAX_HP_VALUE = 2500  # SageMaker's limit on one hyperparameter value
 
@@ -109,11 +111,12 @@ def instance_gpus(instance_type: str) -> int | None:
 
 
 def split_gpus(count: int | None, train: list[int] | None, evals: list[int] | None,
-               where: str) -> tuple[list[int], list[int], str | None]:
+               where: str, want: int | None = None) -> tuple[list[int], list[int], str | None]:
     """The training and evaluation GPUs of a job with --eval-config on `count` GPUs: the lists
-    given, the complement of the one given, or by default the last quarter of the GPUs (at
-    least one) for evaluation: 0-5 and 6-7 of 8. Returns (train, eval, the line saying what
-    was chosen, or None when both were given)."""
+    given, the complement of the one given, or by default the last `want` GPUs (the eval
+    config's task groups or num_gpus), else the last quarter (at least one) for evaluation:
+    0-5 and 6-7 of 8. Returns (train, eval, the line saying what was chosen, or None when both
+    were given)."""
     for gpus, option in ((train, "--train-gpus"), (evals, "--eval-gpus")):
         if gpus and count is not None and max(gpus) >= count:
             raise UsageError(f"{option} {gpu_ranges(gpus)}: {where} has {count} GPUs (0-{count - 1})")
@@ -124,8 +127,10 @@ def split_gpus(count: int | None, train: list[int] | None, evals: list[int] | No
                          "is not known here)")
     if count < 2:
         raise UsageError(f"--eval-config needs two GPUs or more, one to train and one to evaluate: {where} has {count}")
+    why = ""
     if train is None and evals is None:
-        k = max(1, count // 4)
+        k = min(want, count - 1) if want else max(1, count // 4)
+        why = f"; the eval config evaluates on {want}" if want else ""
         train, evals = list(range(count - k)), list(range(count - k, count))
     elif train is None:
         train = [g for g in range(count) if g not in evals]
@@ -134,7 +139,7 @@ def split_gpus(count: int | None, train: list[int] | None, evals: list[int] | No
     if not train or not evals:
         raise UsageError(f"--eval-config: no GPU of {where} is left to {'train' if not train else 'evaluate'} on")
     return train, evals, (f"--eval-config: training on GPUs {gpu_ranges(train)}, evaluating on {gpu_ranges(evals)} "
-                          f"({where} has {count} GPUs; --train-gpus and --eval-gpus choose others)")
+                          f"({where} has {count} GPUs{why}; --train-gpus and --eval-gpus choose others)")
 
 
 @dataclass
@@ -158,9 +163,11 @@ class JobSpec:
     train_gpus: list[int] | None = None
     eval_gpus: list[int] | None = None
     sync_interval: float | None = None
+    eval_jobs_name: str | None = None    # an eval-only job (no training config): its jobs file's name
+    eval_results: str | None = None      # an eval-only job: where its results go
 
     def hyperparameters(self) -> dict[str, str]:
-        hp = {HP_CONFIG: self.config_name}
+        hp = {HP_CONFIG: self.config_name} if self.config_name else {}
         for s in self.sets:
             key, sep, value = s.partition("=")
             if not sep or not key.strip():
@@ -178,6 +185,10 @@ class JobSpec:
             hp[HP_EVAL_GPUS] = gpu_list(self.eval_gpus)
         if self.sync_interval is not None:
             hp[HP_SYNC_INTERVAL] = f"{self.sync_interval:g}"
+        if self.eval_jobs_name:
+            hp[HP_EVAL_JOBS] = self.eval_jobs_name
+        if self.eval_results:
+            hp[HP_EVAL_RESULTS] = self.eval_results
         return hp
 
     def environment(self) -> dict[str, str]:

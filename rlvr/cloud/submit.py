@@ -34,7 +34,7 @@ S3_ENV = "RLVR_SAGEMAKER_S3"
 
 @dataclass
 class SubmitOptions:
-    config: str
+    config: str | None
     name: str | None = None
     prefix: str = DEFAULT_PREFIX
     description: str = ""
@@ -63,6 +63,7 @@ class SubmitOptions:
     dry_run: bool = False
     region: str | None = None
     profile: str | None = None
+    eval_checkpoints: list[str] = field(default_factory=list)   # --eval: an eval-only job over these
 
 
 # Taken into the job's environment from the submitter's unless --env gives them.
@@ -144,16 +145,27 @@ class Submitter:
 
     def check(self) -> None:
         o = self.o
-        if not os.path.isfile(o.config):
-            raise UsageError(f"{o.config}: no such config file")
-        from rlvr.config_loader import load_config
-        from rlvr.train.config import TrainConfig
+        self.eval_only = bool(o.eval_checkpoints)
+        cfg = None
+        if self.eval_only:
+            if not o.eval_config:
+                raise UsageError("--eval CHECKPOINTS... needs --eval-config FILE (the tasks to run)")
+            for flag, v in (("--set", o.sets), ("--train-gpus", o.train_gpus)):
+                if v:
+                    raise UsageError(f"--eval: no {flag} (an eval-only job trains nothing)")
+            if o.instance_count > 1:
+                raise UsageError("--eval runs on one instance (--instance-count 1)")
+        else:
+            if not os.path.isfile(o.config):
+                raise UsageError(f"{o.config}: no such config file")
+            from rlvr.config_loader import load_config
+            from rlvr.train.config import TrainConfig
 
-        cfg = load_config(TrainConfig, o.config, list(o.sets))  # bad keys and values: exit 2 here, not in the job
-        path = str(cfg.model.path or "")
-        if not o.local and path not in ("tiny",) and not path.startswith("s3://") and os.path.exists(path):
-            self.log(f"warning: model.path {path} is a local path: the job cannot see this machine's files "
-                     "(use s3://... or a hub name, or --input model=s3://...)")
+            cfg = load_config(TrainConfig, o.config, list(o.sets))  # bad keys and values: exit 2 here, not in the job
+            path = str(cfg.model.path or "")
+            if not o.local and path not in ("tiny",) and not path.startswith("s3://") and os.path.exists(path):
+                self.log(f"warning: model.path {path} is a local path: the job cannot see this machine's files "
+                         "(use s3://... or a hub name, or --input model=s3://...)")
         self.name = check_job_name(o.name) if o.name else default_job_name(o.prefix)
         self.eval_spec = None
         if o.eval_config:
@@ -169,12 +181,13 @@ class Submitter:
         self.local_gpus = parse_gpus(o.gpus, "--gpus") if o.gpus not in (None, "all") else None
         if o.gpus and not o.local:
             raise UsageError("--gpus is for --local (on SageMaker the instance type decides)")
-        if o.eval_config:  # by default the last quarter of the GPUs evaluates: 0-5 train, 6-7 evaluate of 8
+        if o.eval_config and not self.eval_only:  # by default the last quarter evaluates: 0-5 train, 6-7 of 8
             if o.local:
                 count, where = (len(self.local_gpus), f"--gpus {o.gpus}") if self.local_gpus else (None, "--local")
             else:
                 count, where = instance_gpus(o.instance_type), o.instance_type
-            self.train_gpus, self.eval_gpus, chosen = split_gpus(count, self.train_gpus, self.eval_gpus, where)
+            self.train_gpus, self.eval_gpus, chosen = split_gpus(count, self.train_gpus, self.eval_gpus, where,
+                                                                 self.eval_spec.eval_gpus)
             if chosen:
                 self.log(chosen)
         self.env = _pairs(o.env, "--env")
@@ -217,12 +230,51 @@ class Submitter:
             raise UsageError(f"--push pushes to this account's ECR: give --image REPOSITORY[:TAG], not {o.image}")
         if o.local and o.instance_count > 1:
             raise UsageError("--instance-count is for SageMaker; --local runs one container")
-        if o.eval_config and os.path.basename(o.eval_config) == os.path.basename(o.config):
+        if o.eval_config and not self.eval_only and os.path.basename(o.eval_config) == os.path.basename(o.config):
             raise UsageError("the config and --eval-config need different file names (they share the config channel)")
+        self.files = [o.config, *([o.eval_config] if o.eval_config else [])]
+        if self.eval_only:
+            self._eval_jobs()
         self.spec(self.image.local).request()  # hyperparameters within SageMaker's limits, before any work
+
+    def _eval_jobs(self) -> None:
+        """--eval: the checkpoints, as rlvr-eval --jobs' file (beside the eval config in the config
+        channel); with --local, local checkpoints are mounted read-only into the container."""
+        import tempfile
+
+        from rlvr.cloud.evaljob import JOBS_NAME, expand_checkpoints, jobs_file, results_uri
+
+        o = self.o
+        if os.path.basename(o.eval_config) == JOBS_NAME:
+            raise UsageError(f"--eval-config: name it anything but {JOBS_NAME} (the job's list of checkpoints)")
+        try:
+            found = expand_checkpoints(list(o.eval_checkpoints), jobs_uri=self.jobs_uri, local=o.local)
+        except (UsageError, Failure):
+            raise
+        except Exception as e:  # noqa: BLE001 - S3 listing: no credentials, no bucket, access denied
+            raise Failure(f"--eval: cannot list the checkpoints on S3: {type(e).__name__}: {e}") from None
+        self.mounts = {f.path: f"/opt/ml/input/data/checkpoint-{i}" for i, f in enumerate(found)
+                       if not f.path.startswith("s3://")}
+        folder = tempfile.mkdtemp(prefix="rlvr-eval-job-")
+        path = os.path.join(folder, JOBS_NAME)
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(jobs_file(found, self.mounts))
+        self.files = [o.eval_config, path]
+        self.eval_results = results_uri(o.s3) if o.s3 else None
+        self.log(f"--eval: {len(found)} checkpoint(s): " + ", ".join(f.name for f in found)
+                 + (f"; results at {self.eval_results} (units finished there are skipped)" if self.eval_results else ""))
 
     def spec(self, image_uri: str) -> JobSpec:
         o = self.o
+        if self.eval_only:
+            from rlvr.cloud.evaljob import JOBS_NAME
+
+            return JobSpec(name=self.name, config_name="", image=image_uri, role=self.role or "",
+                           jobs_uri=self.jobs_uri or "", inputs_uri=self.inputs_uri or "",
+                           instance_type=o.instance_type, volume_gb=o.volume_gb, max_runtime_s=int(o.max_hours * 3600),
+                           env=self.env, channels=self.channels if not o.local else {},
+                           eval_config_name=os.path.basename(o.eval_config), eval_gpus=self.eval_gpus,
+                           sync_interval=o.sync_interval, eval_jobs_name=JOBS_NAME, eval_results=self.eval_results)
         return JobSpec(name=self.name, config_name=os.path.basename(o.config), image=image_uri, role=self.role or "",
                        jobs_uri=self.jobs_uri or "", inputs_uri=self.inputs_uri or "",
                        instance_type=o.instance_type, instance_count=o.instance_count, volume_gb=o.volume_gb,
@@ -289,8 +341,9 @@ class Submitter:
                 docker.run(["login", "--username", "AWS", "--password-stdin", f"https://{uri.split('/')[0]}"], "login")
                 img.push(docker, self.image, uri)
             request = self.spec(uri).request()
-            self.log(f"would upload {o.config}" + (f" and {o.eval_config}" if o.eval_config else "")
-                     + f" to {self.inputs_uri}")
+            self.log(f"would upload {' and '.join(self.files)} to {self.inputs_uri}")
+            if self.eval_only:
+                self.log(f"{os.path.basename(self.files[-1])}: {open(self.files[-1], encoding='utf-8').read().strip()}")
             shown = json.loads(json.dumps(request))
             if "RAY_AUTH_TOKEN" in shown["Environment"]:
                 shown["Environment"]["RAY_AUTH_TOKEN"] = "(hidden: a random token for the job's Ray cluster)"
@@ -354,7 +407,7 @@ class Submitter:
         ib, ip = _s3_parts(self.inputs_uri, "--s3")
         uploaded = []
         try:
-            for path in [o.config, *([o.eval_config] if o.eval_config else [])]:
+            for path in self.files:
                 key = f"{ip}/{os.path.basename(path)}"
                 with open(path, "rb") as fh:
                     call(lambda: s3.put_object(Bucket=ib, Key=key, Body=fh.read()), f"s3 PutObject s3://{ib}/{key}")
@@ -371,7 +424,7 @@ class Submitter:
         arn = arn["TrainingJobArn"]
         # (7) the job log
         where = f"sagemaker {aws.region} {o.instance_type} x{o.instance_count}"
-        joblog.append(o.job_log, self.name, o.config, o.description, where)
+        joblog.append(o.job_log, self.name, o.config or o.eval_config, o.description, where)
         result = {"job": self.name, "arn": arn, "image": uri, "s3": f"{self.jobs_uri}{self.name}/",
                   "job_log": o.job_log}
         self.out(json.dumps(result))
@@ -388,6 +441,7 @@ class Submitter:
         if self.jobs_uri:
             env["RLVR_JOB_S3"] = self.jobs_uri
         mounts = {path: f"/opt/ml/input/data/{n}" for n, path in self.channels.items()}
+        mounts.update(getattr(self, "mounts", {}))
         args = img.local_run_args(self.image.local, self.name, opt_ml, self.local_gpus, env, mounts)
         if o.gpus == "all":
             i = args.index("--entrypoint")
@@ -395,14 +449,17 @@ class Submitter:
         self._check_inputs(dry_run=True)  # without credentials the container cannot read them either
         if o.dry_run:
             self._build(docker)
-            self.out(json.dumps({"job": self.name, "opt_ml": opt_ml, "hyperparameters": hps, "docker": args}, indent=2))
+            shown = {"job": self.name, "opt_ml": opt_ml, "hyperparameters": hps, "docker": args}
+            if self.eval_only:
+                shown["eval_jobs"] = json.loads(open(self.files[-1], encoding="utf-8").read())
+            self.out(json.dumps(shown, indent=2))
             return {"docker": args}
         if os.path.exists(opt_ml):
             raise UsageError(f"{opt_ml} exists: choose another --name or --local-dir")
         self._build(docker)
-        write_opt_ml(opt_ml, hps, [o.config, *([o.eval_config] if o.eval_config else [])], list(self.channels))
+        write_opt_ml(opt_ml, hps, self.files, list(self.channels))
         where = "local " + (f"gpus {o.gpus}" if o.gpus else "cpu")
-        joblog.append(o.job_log, self.name, o.config, o.description, where)
+        joblog.append(o.job_log, self.name, o.config or o.eval_config, o.description, where)
         self.out(json.dumps({"job": self.name, "opt_ml": opt_ml, "run_folder": os.path.join(opt_ml, "model")}))
         docker.run(args, f"the job's container {self.name}")
         return {"job": self.name, "opt_ml": opt_ml}

