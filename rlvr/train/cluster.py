@@ -122,12 +122,13 @@ class Cluster:
 
         return ray.cluster_resources().get("GPU", 0) > 0
 
-    def preflight(self, base) -> dict:
+    def preflight(self, base, prompts=None, tokenizer=None) -> dict:
         """rlvr-train --plan's checks against the cluster this run joined or started, before any
         actor exists (rlvr.train.plan): too many GPUs or CPUs asked, a GPU shared under nccl,
         a trainer or shared GPU whose memory cannot hold what is planned stop the run here
         with the arithmetic (exit 2); the plan goes to run.json. A model whose config.json
-        cannot be read (an unusual layout) skips the memory part."""
+        cannot be read (an unusual layout) skips the memory part. prompts (the run's prompt
+        records) and tokenizer bound the trainer's sequences by the longest prompt."""
         from rlvr.runs import update_manifest
         from rlvr.train import plan as planning
 
@@ -138,7 +139,10 @@ class Cluster:
         except Exception as ex:  # noqa: BLE001 - the run itself will say what is wrong with the model
             log(f"the plan's memory estimates are skipped: {ex}")
             shape = None
-        p = planning.make_plan(self.cfg, cluster, shape)
+        # trainer sequences are bounded by the longest prompt the run will send plus rollout.max_tokens
+        longest = planning.longest_prompt(prompts, tokenizer) if prompts is not None and tokenizer is not None else None
+        p = planning.make_plan(self.cfg, cluster, shape, teacher=planning.teacher_shape(self.cfg),
+                               longest_prompt=longest or None)
         update_manifest(self.run_dir, plan={k: v for k, v in p.items() if k != "actors"})
         for note in p["notes"]:
             log(note)

@@ -148,7 +148,8 @@ def start(run: Run) -> dict:
     log(f"run folder {run.run_dir}")
     run.modes.connect(run)
     t0 = time.monotonic()
-    run.cluster.preflight(base)
+    run.cluster.preflight(base, prompts=[r for recs in stream.by_name.values() for r in recs] if stream else None,
+                          tokenizer=run.tokenizer)
     run.trainers.start(model, base, nodes_not_seeing(run.run_dir))
     data_state = run.trainers.load_state(model.path) if start_step else None
     run.trainers.version = start_step

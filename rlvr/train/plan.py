@@ -311,6 +311,20 @@ def measure_longest_prompt(cfg) -> tuple[int | None, str | None]:
     return longest_prompt((rec for recs in stream.by_name.values() for rec in recs), tokenizer), None
 
 
+def teacher_shape(cfg) -> ModelShape | None:
+    """The shape of a distillation teacher of its own (train.distill, teacher.model a model),
+    from its config.json; None where there is none or its config.json cannot be read."""
+    from rlvr.errors import ConfigError
+
+    te = cfg.teacher
+    if not cfg.train.distill.weight > 0 or te.model in (None, "policy"):
+        return None
+    try:
+        return ModelShape.from_config(read_model_config(te.model)[0], name=te.model)
+    except ConfigError:
+        return None
+
+
 def plan_for(cfg, cluster: Cluster, longest_prompt: int | None = None, measure: bool = True) -> dict:
     """make_plan with the model's (and a distillation teacher's) shape read from its
     config.json, and the longest prompt measured (`measure_longest_prompt`) unless given. A
@@ -324,12 +338,7 @@ def plan_for(cfg, cluster: Cluster, longest_prompt: int | None = None, measure: 
     if longest_prompt is None and measure:
         longest_prompt, why = measure_longest_prompt(cfg)
     te = cfg.teacher
-    teacher = None
-    if cfg.train.distill.weight > 0 and te.model not in (None, "policy"):
-        try:
-            teacher = ModelShape.from_config(read_model_config(te.model)[0], name=te.model)
-        except ConfigError:
-            teacher = None
+    teacher = teacher_shape(cfg)
     path = cfg.model.path
     try:
         raw, _ = read_model_config(path)

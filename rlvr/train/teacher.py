@@ -37,7 +37,8 @@ class Teacher:
         if dtype == "auto":
             dtype = opts["dtype"]
         opts.update(dtype=dtype, max_model_len=te.max_model_len or self.cfg.rollout.max_model_len,
-                    gpu_memory_utilization=te.gpu_memory_utilization, tensor_parallel_size=te.tensor_parallel_size,
+                    gpu_memory_utilization=(run.cluster.plan or {}).get("teacher_gpu_memory_utilization")
+                    or te.gpu_memory_utilization, tensor_parallel_size=te.tensor_parallel_size,
                     max_logprobs=max(20, te.top_k))
         return opts
 
