@@ -157,3 +157,30 @@ def test_the_checks_cuda_branches_run_with_torch_cuda_stood_in(monkeypatch, tiny
     s = mod.sync_check(t, "cuda")
     assert s["match"] is True and s["tensors"] > 0
     assert rec.events == ["Stream", "stream.enter", "stream.exit", "synchronize"]   # packed on the side stream
+
+
+def test_the_fsdp_part_asks_for_a_one_process_nccl_group_on_a_gpu(monkeypatch):
+    """On a GPU the fsdp part's group is NCCL, bound to the current CUDA device, of one process
+    (the CPU fallback runs the same function over gloo): here up to the group's creation, with
+    torch.distributed's init stood in."""
+    import types
+
+    import torch
+    import torch.distributed as dist
+
+    mod = _gpu_check()
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def init(backend, **kw):
+        seen.update(backend=backend, **kw)
+        raise Stop
+
+    monkeypatch.setattr(dist, "init_process_group", init)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    with pytest.raises(Stop):
+        mod.fsdp_check("model", None, types.SimpleNamespace(device="cuda:0"), [], {})
+    assert seen["backend"] == "nccl" and seen["world_size"] == 1 and seen["rank"] == 0
+    assert seen["device_id"] == torch.device("cuda", 0) and seen["init_method"].startswith("tcp://127.0.0.1:")
