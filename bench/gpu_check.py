@@ -4,7 +4,10 @@
     python bench/gpu_check.py --set max_tokens_per_microbatch=16384 --doc docs/bench/gpucheck.md
 
 Needs torch and transformers only (no vLLM, no Ray, nothing downloaded; with vLLM and Ray
-installed it also runs rlvr-train for 3 steps) and takes under 10 minutes on one GPU. A model
+installed it also runs rlvr-train for 3 steps, up to 7 minutes more). With torch and
+transformers only it should take about 6 minutes on one H200, within 8 (an estimate, not yet
+measured: build ~15 s, generate ~2 min, each trainer load ~15 s, train ~30 s, fsdp ~1.5 min of
+which ~20 GB of checkpoint written and read back, packed and packing_speed ~40 s each). A model
 with Qwen3-1.7B's dimensions (hidden 2048, 28 layers, 16 heads, 8 KV heads, head_dim 128,
 intermediate 6144, vocabulary 151,936, tied embeddings) is built with random weights, saved to
 a temporary folder, and then:
@@ -16,6 +19,13 @@ a temporary folder, and then:
 4. agree: the trainer scores the engine's tokens on the same weights; |trainer - engine|
    log-prob per token (mean, p99, max, NaNs), each gated, catches alignment, temperature, EOS,
    padding and NaN problems at once (a few misaligned tokens move the max, not the mean);
+   distill_identity: the policy as its own top-k teacher (the engine's scores of its samples,
+   rlvr.losses.distill_loss against the trainer's log-probs of the same ids): over the whole
+   vocabulary kl and jsd about 0; over its top 20, kl equal to -log(top-20 mass);
+   fsdp: the trainer's world > 1 path (fully_shard, fp32 reduce, set_requires_gradient_sync,
+   DTensor clipping, the full_tensor() gathers of wire_weights, save then load_state) on a
+   one-process NCCL group (gloo on the CPU), its log-probs against the one-rank trainer's, and
+   the time a 1.7B checkpoint takes to write (save_s);
 5. train: the shipped configuration, not a best case: the trainer options of
    configs/qwen3-1.7B-gsm8k.yaml (token budget, mini_batches, loss_type, TIS with behaviour
    log-probs, hence the pi_old pass, gradient checkpointing; --set KEY=VALUE changes one) on
@@ -358,9 +368,13 @@ def smoke_check(path: str, timeout_s: float) -> dict:
 # Gates on |dlogp| per token (trainer vs engine, packed vs padded): bf16 on a GPU, bf16 on the CPU
 # fallback's tiny model. A control that must fail must exceed them.
 GATES = {"gpu": {"agree": {"mean": 0.1, "p99": 0.3, "max": 1.0},
-                 "packed": {"p99": 0.05, "max": 0.25, "loss_rel": 0.01, "grad_norm_rel": 0.02, "grad_cosine": 0.99}},
+                 "packed": {"p99": 0.05, "max": 0.25, "loss_rel": 0.01, "grad_norm_rel": 0.02, "grad_cosine": 0.99},
+                 "fsdp": {"max": 0.05, "restored_max": 1e-5},
+                 "distill": {"kl": 0.01, "jsd": 0.01, "kl_topk_offset": 0.05}},
          "cpu": {"agree": {"mean": 0.05, "p99": 0.1, "max": 0.25},
-                 "packed": {"p99": 0.01, "max": 0.03, "loss_rel": 0.01, "grad_norm_rel": 0.02, "grad_cosine": 0.99}}}
+                 "packed": {"p99": 0.01, "max": 0.03, "loss_rel": 0.01, "grad_norm_rel": 0.02, "grad_cosine": 0.99},
+                 "fsdp": {"max": 0.01, "restored_max": 1e-5},
+                 "distill": {"kl": 0.01, "jsd": 0.01, "kl_topk_offset": 0.05}}}
 
 
 class Parts:
@@ -441,6 +455,158 @@ def agree_check(trainer, samples: list, gates: dict) -> dict:
     out = agreement(trainer, samples)
     out["gates"] = gates
     out["ok"] = within(out, gates)
+    return out
+
+
+def distill_identity_check(engine, trainer, samples: list, gates: dict, tokens: int = 64) -> dict:
+    """The policy as its own top-k teacher: the engine scores the policy's own samples (its
+    top-k at each position, the same weights) and rlvr.losses.distill_loss compares them with
+    the trainer's log-probs of those ids, as train.distill does. With k the whole vocabulary
+    teacher and student are one distribution: kl and jsd about 0. With k = 20 the teacher is
+    its top 20 renormalised, so kl is -log(top-20 mass) exactly, checked against it. Two
+    sequences of at most `tokens` tokens ([N, L, V] teacher arrays stay small)."""
+    import numpy as np
+    import torch
+
+    from rlvr.losses import distill_loss
+
+    vocab = int(trainer.model.get_output_embeddings().weight.shape[0])
+    prompts = [p for p, _ in samples[:2]]
+    comps = [list(s.token_ids)[:tokens] for _, s in samples[:2]]
+    out: dict = {"sequences": len(comps), "tokens": sum(map(len, comps)), "gates": gates}
+    for name, k in (("full_vocab", vocab), ("top20", 20)):
+        top = engine.score(prompts, comps, top_k=k)
+        n, L = len(comps), max(map(len, comps))
+        ids = torch.zeros((n, L, k), dtype=torch.long)
+        t_lp = torch.full((n, L, k), float("-inf"))
+        t_tok = torch.zeros((n, L))
+        for i in range(n):
+            a, b, c = top.rows(i)
+            ids[i, :len(a)] = torch.from_numpy(a.astype(np.int64))
+            t_lp[i, :len(a)] = torch.from_numpy(np.asarray(b, dtype=np.float32))
+            t_tok[i, :len(c)] = torch.from_numpy(np.asarray(c, dtype=np.float32))
+        with torch.no_grad():
+            lp, _, mask = trainer._logprobs(trainer.model, prompts, comps, temperature=1.0, extra_ids=ids)
+            payload = {"target_logprobs": lp[..., 1:], "teacher_logprobs": t_lp.to(lp.device),
+                       "teacher_token_logprobs": t_tok.to(lp.device)}
+            count = float(mask.sum())
+            row = {"k": k}
+            for loss in ("kl", "jsd"):
+                _, m = distill_loss(lp[..., 0], mask, count, payload, loss=loss, beta=0.5)
+                row[loss] = round(m[f"distill/{loss}"], 6)
+            mass = torch.logsumexp(t_lp.to(lp.device), -1)                 # log of the teacher's top-k mass
+            row["expected_kl"] = round(float((-mass * mask).sum() / count), 6)
+            row["topk_mass"] = round(m["distill/teacher_topk_mass"], 6)
+        out[name] = row
+        del ids, t_lp, payload, lp
+    fv, t20 = out["full_vocab"], out["top20"]
+    out["ok"] = abs(fv["kl"]) <= gates["kl"] and abs(fv["jsd"]) <= gates["jsd"] \
+        and abs(t20["kl"] - t20["expected_kl"]) <= gates["kl_topk_offset"] and t20["jsd"] >= 0
+    return out
+
+
+def fsdp_check(path: str, cfg, trainer, samples: list, gates: dict) -> dict:
+    """The trainer's FSDP path (what world > 1 runs: fully_shard with an fp32 gradient reduce,
+    set_requires_gradient_sync over micro-batches, gradient clipping of DTensors, the
+    full_tensor() gathers of wire_weights and checkpoints, save then load_state) on a
+    one-process group: NCCL on a GPU, gloo on the CPU. The trainer is told world 2 (so every
+    world > 1 branch runs) on a group of one: it takes rank 0's share of each mini-batch.
+    Gated: its log-probs equal the one-rank trainer's (`trainer`, the same weights) within
+    bf16 noise; the step's gradient norm is finite; what wire_weights sends equals the
+    gathered state; a trainer built on the saved checkpoint, after load_state, has the saved
+    version, optimizer state and log-probs. save_s: the checkpoint's write (weights in fp32,
+    optimizer shard, trainer_state.pt)."""
+    import inspect
+    import socket
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.fsdp import FSDPModule
+
+    from rlvr.train.trainer import PolicyTrainer
+
+    dev = trainer.device
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    nccl = dev.startswith("cuda")
+    kw = {"device_id": torch.device("cuda", torch.cuda.current_device())} if nccl else {}
+    dist.init_process_group("nccl" if nccl else "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
+                            world_size=1, **kw)
+    out: dict = {"backend": dist.get_backend(), "gates": gates}
+    try:
+        import torch.distributed.fsdp._fully_shard._fsdp_param_group as fpg
+
+        reduce_dtypes: list = []
+        real_reduce = fpg.foreach_reduce
+
+        sig = inspect.signature(real_reduce)
+
+        def counted(*a, **k):
+            args = sig.bind(*a, **k).arguments
+            reduce_dtypes.append(str(args["reduce_dtype"] or args["unsharded_grads"][0].dtype))
+            return real_reduce(*a, **k)
+        fpg.foreach_reduce = counted
+        tr = PolicyTrainer(path, cfg.train, max_tokens=cfg.rollout.max_tokens, total_steps=2, temperature=1.0,
+                           rank=0, world=2)
+        out["fsdp_modules"] = sum(isinstance(m, FSDPModule) for m in tr.model.modules())
+        prompts = [p for p, _ in samples]
+        comps = [list(s.token_ids) for _, s in samples]
+        with torch.no_grad():
+            mine, _, mask = tr._logprobs(tr.model, prompts, comps)
+            theirs, _, _ = trainer._logprobs(trainer.model, prompts, comps)
+        out["vs_one_rank"] = dlogp_stats((mine - theirs).abs()[mask.bool()].float().cpu())
+        syncs: list = []
+        real_sync = tr.model.set_requires_gradient_sync
+
+        def sync_spy(flag, *a, **k):
+            syncs.append(bool(flag))
+            return real_sync(flag, *a, **k)
+        tr.model.set_requires_gradient_sync = sync_spy
+        batch = _rollout_batch(list(zip(prompts, comps)), int(tr.model.config.vocab_size), seed=3)
+        m = tr.step(batch)
+        del tr.model.set_requires_gradient_sync
+        fpg.foreach_reduce = real_reduce
+        out.update(grad_norm=m["grad/norm"], gradient_sync_calls=len(syncs), synced=sum(syncs),
+                   reduce_dtypes=sorted(set(reduce_dtypes)), version=tr.version)
+        pairs = tr.wire_weights()
+        full = tr.full_state_dict()
+        out["wire_tensors"] = len(pairs)
+        out["wire_equal"] = all(torch.equal(w.cpu(), full[n].to(w.dtype).cpu()) for n, w in pairs)
+        del pairs, full
+        with tempfile.TemporaryDirectory(prefix="rlvr-gpu-check-fsdp-") as ck:
+            _sync(dev)
+            t0 = time.monotonic()
+            tr.save(ck, {"step": tr.version})
+            out["save_s"] = round(time.monotonic() - t0, 2)
+            out["checkpoint_gib"] = round(sum(os.path.getsize(os.path.join(ck, f)) for f in os.listdir(ck)) / 2**30, 3)
+            with torch.no_grad():
+                before, _, _ = tr._logprobs(tr.model, prompts, comps)
+            opt_before = [v.to_local().clone() if hasattr(v, "to_local") else v.clone()
+                          for st in tr.opt.state.values() for v in st.values() if torch.is_tensor(v) and v.dim()]
+            del tr
+            gc.collect()
+            back = PolicyTrainer(ck, cfg.train, max_tokens=cfg.rollout.max_tokens, total_steps=2, temperature=1.0,
+                                 rank=0, world=2)
+            state = back.load_state(ck)
+            opt_after = [v.to_local() if hasattr(v, "to_local") else v
+                         for st in back.opt.state.values() for v in st.values() if torch.is_tensor(v) and v.dim()]
+            with torch.no_grad():
+                after, _, _ = back._logprobs(back.model, prompts, comps)
+            out["restored"] = {"version": back.version, "state_step": state.get("step"),
+                               "optimizer_tensors": len(opt_after),
+                               "optimizer_equal": len(opt_before) == len(opt_after) > 0 and all(
+                                   torch.equal(a, b) for a, b in zip(opt_before, opt_after)),
+                               "max_dlogp": round(float((after - before).abs()[mask.bool()].max()), 6)}
+            del back
+        r = out["restored"]
+        out["ok"] = out["fsdp_modules"] > 1 and out["vs_one_rank"]["max"] <= gates["max"] \
+            and math.isfinite(out["grad_norm"]) and out["grad_norm"] > 0 and 0 < out["synced"] < len(syncs) + 1 \
+            and out["wire_equal"] and r["version"] == out["version"] and r["optimizer_equal"] \
+            and r["max_dlogp"] <= gates["restored_max"]
+    finally:
+        dist.destroy_process_group()
+        gc.collect()
     return out
 
 
@@ -655,6 +821,18 @@ def main(argv: list[str] | None = None) -> int:
             log(f"trainer vs engine log-probs: mean {out['mean']}, p99 {out['p99']}, max {out['max']}, NaN {out['nan']}")
             return out
 
+        def fsdp():
+            out = fsdp_check(path, cfg, held["trainer"], held["samples"][:8], gates["fsdp"])
+            log(f"FSDP on a one-process {out['backend']} group: log-probs vs one rank max {out['vs_one_rank']['max']}, "
+                f"checkpoint saved in {out.get('save_s')}s, restored {out.get('restored')}")
+            return out
+
+        def distill():
+            out = distill_identity_check(held["engine"], held["trainer"], held["samples"], gates["distill"])
+            log(f"self-distillation: full vocabulary kl {out['full_vocab']['kl']}, jsd {out['full_vocab']['jsd']}; "
+                f"top-20 kl {out['top20']['kl']} (expected {out['top20']['expected_kl']})")
+            return out
+
         def train():
             out = train_check(held["trainer"], cfg, dims, device, sequences, a.steps)
             peak = next((v for k, v in PEAK_BF16_TFLOPS.items() if name and k in name), None)
@@ -688,6 +866,8 @@ def main(argv: list[str] | None = None) -> int:
         parts.run("generate", generate, needs=("build",))
         parts.run("trainer", load, needs=("build",))
         parts.run("agree", agree, needs=("generate", "trainer"))
+        parts.run("distill_identity", distill, needs=("generate", "trainer"))
+        parts.run("fsdp", fsdp, needs=("generate", "trainer"))
         if held.get("engine") is not None:
             held.pop("engine").close()
         held.pop("samples", None)
@@ -765,6 +945,14 @@ def doc_section(summary: dict, parts: dict[str, dict], argv: list[str]) -> str:
                           + ('' if 'skipped' in c else f" (max {c['max']}"
                              f"{', must be caught' if c['must_be_caught'] else ', reported'})")
                           for k, c in p["controls"].items())),
+        row("the policy as its own top-k teacher (distillation)", "distill_identity",
+            lambda d: f"whole vocabulary: kl {d['full_vocab']['kl']}, jsd {d['full_vocab']['jsd']}; top 20: kl "
+                      f"{d['top20']['kl']} against -log(top-20 mass) {d['top20']['expected_kl']} (gates {d['gates']})"),
+        row("FSDP path on a one-process group", "fsdp",
+            lambda f: f"{f['backend']}: log-probs vs one rank max {f['vs_one_rank']['max']}; grad norm "
+                      f"{f['grad_norm']:.3g}, reduce in {f['reduce_dtypes']}; wire weights equal the gathered "
+                      f"state: {f['wire_equal']}; checkpoint {f['checkpoint_gib']} GiB saved in {f['save_s']} s; "
+                      f"restored: {f['restored']}"),
         row("rlvr-train, 3 steps, engine and trainer on one GPU", "smoke",
             lambda s: f"{'ok' if s['ok'] else 'FAILED'} in {s['seconds']:.0f} s; sync: {s['sync']}"),
         row("trainer step, padded / packed (train.packing), GSM8K + MATH length mix", "packing_speed",

@@ -64,6 +64,23 @@ def test_cross_field_checks():
     assert any("top_p" in w for w in check(cfg))
 
 
+def test_ratio_to_engine_refuses_raw_logprobs_at_another_temperature():
+    """ratio_to engine divides by the engine's log-probs: raw ones (before the temperature) at 0.6
+    against the trainer's at 0.6 compare two distributions, refused with one line naming the keys."""
+    cfg = TrainConfig()
+    cfg.rollout.logprobs, cfg.rollout.temperature, cfg.train.loss.ratio_to = "raw", 0.6, "engine"
+    with pytest.raises(ConfigError) as ei:
+        check(cfg)
+    msg = ei.value.message
+    assert "\n" not in msg and all(k in msg for k in ("train.loss.ratio_to", "rollout.logprobs", "rollout.temperature"))
+    for fix in (("processed", 0.6, "engine"), ("raw", 1.0, "engine"), ("raw", 0.6, "trainer")):
+        cfg.rollout.logprobs, cfg.rollout.temperature, cfg.train.loss.ratio_to = fix
+        check(cfg)                                # the trainer ratio keeps only the TIS warning
+    thinker = load_config(TrainConfig, os.path.join(CONFIGS, "qwen3-1.7B-allenai-thinker.yaml"))
+    assert thinker.rollout.temperature == 0.6 and thinker.train.loss.ratio_to == "engine"
+    assert thinker.rollout.logprobs == "processed"
+
+
 def test_clip_that_cannot_act_warns():
     cfg = TrainConfig()
     assert not any("cannot act" in w for w in check(cfg))      # defaults: nothing was asked of the clip

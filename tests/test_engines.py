@@ -90,6 +90,46 @@ def test_hf_samples_with_explicit_parameters_and_exact_logprobs(hf_engine, tiny_
     check_logprobs_and_no_top_k(res, hf_engine, temperature=1.0)     # raw: the model's own distribution
 
 
+def test_hf_keeps_only_the_chosen_tokens_logprobs_and_matches_transformers_scores(hf_engine, tiny_model_dir):
+    """The transformers engine keeps one step of full-vocabulary log-softmax, not every step's
+    (generate is not asked for output_scores or output_logits), and its tokens and log-probs are
+    transformers' own generate with the same seed and warpers, whose per-step scores (processed:
+    temperature, top-k, top-p applied; raw: the logits) give the reference log-probs."""
+    import torch
+    from transformers import GenerationConfig
+
+    prompt = hf_engine.encode(PROMPTS[0])
+    s = Sampling(n=3, temperature=0.7, top_k=5, top_p=0.9, max_tokens=10, logprobs=True)
+    for mode in ("processed", "raw"):
+        eng = hf_engine if mode == "processed" else create("hf", tiny_model_dir,
+                                                           EngineOptions(dtype="float32", logprobs_mode="raw"))
+        asked = []
+        real = eng.hf.generate
+
+        def spy(*a, **kw):
+            asked.append(kw["generation_config"])
+            return real(*a, **kw)
+        eng.hf.generate = spy
+        try:
+            got = eng.generate([prompt], s, seeds=[11])[0].samples
+        finally:
+            del eng.hf.generate
+        assert not any(g.output_scores or g.output_logits for g in asked)
+        gc = GenerationConfig(do_sample=True, num_return_sequences=3, max_new_tokens=10, temperature=0.7, top_k=5,
+                              top_p=0.9, eos_token_id=sorted(eng.eos_ids), pad_token_id=eng.pad_id,
+                              return_dict_in_generate=True, output_scores=True, output_logits=True)
+        with torch.no_grad(), torch.random.fork_rng():
+            torch.manual_seed(11)
+            out = eng.hf.generate(torch.tensor([prompt]), generation_config=gc,
+                                  attention_mask=torch.ones((1, len(prompt)), dtype=torch.long))
+        steps = out.logits if mode == "raw" else out.scores
+        for r, sample in enumerate(got):
+            toks = out.sequences[r, len(prompt):].tolist()[:len(sample.token_ids)]
+            assert sample.token_ids == toks, mode
+            ref = [float(torch.log_softmax(steps[t][r].float(), -1)[tok]) for t, tok in enumerate(toks)]
+            assert sample.logprobs == pytest.approx(ref, abs=1e-6), mode
+
+
 def test_greedy_agrees_between_engines(vllm_engine, hf_engine):
     prompts = [vllm_engine.encode(p, chat_template=True) for p in PROMPTS]
     g = Sampling(n=2, temperature=0, max_tokens=12, logprobs=True)

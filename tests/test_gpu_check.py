@@ -1,6 +1,7 @@
 """bench/gpu_check.py, the GPU acceptance check, run as its CPU fallback: the same code path
-(rlvr's trainer in bf16 compute with fp32 master weights, the transformers engine, packed vs
-padded micro-batches) on a tiny Qwen3, one JSON line per part and a summary; a part that fails
+(rlvr's trainer in bf16 compute with fp32 master weights, the transformers engine, the policy as
+its own distillation teacher, the FSDP path on a one-process group, packed vs padded
+micro-batches) on a tiny Qwen3, one JSON line per part and a summary; a part that fails
 is that part's result only; the gates hold p99 and max |dlogp|, not only the mean."""
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ def test_cpu_fallback_runs_every_part_and_writes_a_line_each_and_a_summary(capsy
     lines = [json.loads(ln) for ln in capsys.readouterr().out.splitlines() if ln.strip()]
     assert [json.loads(ln) for ln in jsonl.read_text().splitlines()] == lines      # --out: the same lines
     parts = {r["part"]: r for r in lines[:-1]}
-    assert list(parts) == ["build", "generate", "trainer", "agree", "train", "sync", "packed", "packing_speed", "smoke"]
+    assert list(parts) == ["build", "generate", "trainer", "agree", "distill_identity", "fsdp", "train", "sync", "packed",
+                           "packing_speed", "smoke"]
     out = lines[-1]
     assert out["summary"] is True and out["ok"] is True and out["failed"] == [] and out["skipped"] == ["smoke"]
     assert out["passed"] == list(parts)[:-1] and all(parts[p]["ok"] is True for p in out["passed"])
@@ -41,6 +43,20 @@ def test_cpu_fallback_runs_every_part_and_writes_a_line_each_and_a_summary(capsy
     ag = parts["agree"]
     assert ag["nan"] == 0 and 0 < ag["tokens"] <= 12 and ag["max"] >= ag["p99"] >= 0
     assert set(ag["gates"]) == {"mean", "p99", "max"} and all(ag[k] <= g for k, g in ag["gates"].items())
+    # the policy as its own top-k teacher: over the whole vocabulary kl and jsd are 0; over its
+    # top 20, kl is exactly -log(top-20 mass), the renormalisation
+    d = parts["distill_identity"]
+    assert d["full_vocab"]["k"] == 1024 and d["full_vocab"]["topk_mass"] == pytest.approx(1.0, abs=1e-4)
+    assert abs(d["full_vocab"]["kl"]) <= d["gates"]["kl"] and abs(d["full_vocab"]["jsd"]) <= d["gates"]["jsd"]
+    assert d["top20"]["kl"] > 1.0 and d["top20"]["kl"] == pytest.approx(d["top20"]["expected_kl"], abs=1e-3)
+    # the FSDP path on a one-process gloo group: fully_shard, fp32 reduce, gradient sync per update,
+    # the gathers of weights out, save then load_state
+    f = parts["fsdp"]
+    assert f["backend"] == "gloo" and f["fsdp_modules"] == 3 and f["vs_one_rank"]["max"] <= f["gates"]["max"]
+    assert f["reduce_dtypes"] == ["torch.float32"] and f["synced"] >= 1 and f["grad_norm"] > 0
+    assert f["wire_equal"] is True and f["wire_tensors"] > 10 and f["version"] == 1 and f["save_s"] >= 0
+    r = f["restored"]
+    assert r["version"] == 1 and r["state_step"] == 1 and r["optimizer_equal"] is True and r["max_dlogp"] == 0.0
     t = parts["train"]
     assert t["version"] == 2 and t["steps"] == 2                  # two rollout batches were trained on
     # the shipped trainer options: 4 mini-batches (4 updates), dapo, TIS, the pi_old pass
@@ -141,3 +157,30 @@ def test_the_checks_cuda_branches_run_with_torch_cuda_stood_in(monkeypatch, tiny
     s = mod.sync_check(t, "cuda")
     assert s["match"] is True and s["tensors"] > 0
     assert rec.events == ["Stream", "stream.enter", "stream.exit", "synchronize"]   # packed on the side stream
+
+
+def test_the_fsdp_part_asks_for_a_one_process_nccl_group_on_a_gpu(monkeypatch):
+    """On a GPU the fsdp part's group is NCCL, bound to the current CUDA device, of one process
+    (the CPU fallback runs the same function over gloo): here up to the group's creation, with
+    torch.distributed's init stood in."""
+    import types
+
+    import torch
+    import torch.distributed as dist
+
+    mod = _gpu_check()
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def init(backend, **kw):
+        seen.update(backend=backend, **kw)
+        raise Stop
+
+    monkeypatch.setattr(dist, "init_process_group", init)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    with pytest.raises(Stop):
+        mod.fsdp_check("model", None, types.SimpleNamespace(device="cuda:0"), [], {})
+    assert seen["backend"] == "nccl" and seen["world_size"] == 1 and seen["rank"] == 0
+    assert seen["device_id"] == torch.device("cuda", 0) and seen["init_method"].startswith("tcp://127.0.0.1:")

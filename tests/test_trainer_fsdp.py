@@ -1,8 +1,8 @@
 """Data-parallel FSDP trainer ranks (gloo on CPU): two ranks compute the same gradient as one
 process on the whole batch (an SFT and a distillation loss beside it included; gradients accumulated over
 micro-batches without a reduce in between: one reduce-scatter per update, counted), gradients
-reduced in bfloat16 (train.grad_reduce_dtype), float16 with a sharded loss scaler, a two-rank checkpoint is a plain Hugging Face folder,
-and in bf16 one rank computes the same log-probs as two (logprob/engine_vs_trainer_abs_diff is
+reduced in bfloat16 (train.grad_reduce_dtype), float16 with a sharded loss scaler, a two-rank checkpoint is a plain Hugging Face folder
+(and rank 0's slow checkpoint write does not trip the other rank's collective timeout), and in bf16 one rank computes the same log-probs as two (logprob/engine_vs_trainer_abs_diff is
 the same for 1 and 2 ranks)."""
 
 from __future__ import annotations
@@ -205,3 +205,58 @@ def test_two_ranks_match_one_process(tmp_path):
     one_rank = PolicyTrainer(model, bf16_cfg(), max_tokens=8, total_steps=4).step(Batch(P16, C16, ADV, beh))[key]
     assert one_rank > 1e-4                             # bf16 against fp32: a real difference to compare
     assert one_rank == pytest.approx(two_ranks, rel=1e-3)
+
+
+SHORT_TIMEOUT_S = 2.0
+
+
+def _slow_save_rank(rank, world, port, model, outdir):
+    import datetime
+    import time
+
+    import torch.distributed as dist
+    from torch.distributed.distributed_c10d import _set_pg_timeout
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    t = PolicyTrainer(model, cfg(), max_tokens=8, total_steps=4, rank=rank, world=world)
+    # from here the default group's collectives time out after 2 s (as NCCL's watchdog after 10 minutes)
+    _set_pg_timeout(datetime.timedelta(seconds=SHORT_TIMEOUT_S))
+    if rank == 0:   # a slow filesystem: rank 0's weights take 3 timeouts to write
+        real = t.model.save_pretrained
+
+        def slow(*a, **kw):
+            time.sleep(3 * SHORT_TIMEOUT_S)
+            return real(*a, **kw)
+        t.model.save_pretrained = slow
+    out = {}
+    for name, group in (("ck", None), ("control", dist.group.WORLD)):
+        if group is not None:
+            t.checkpoint_group = group   # the control: waiting on the default group, as before
+        os.makedirs(os.path.join(outdir, name), exist_ok=True)
+        try:
+            t.save(os.path.join(outdir, name), {"step": 1})
+            out[name] = "saved"
+        except Exception as e:   # noqa: BLE001 - the control's timeout is the result
+            out[name] = f"{type(e).__name__}: {e}"
+    torch.save(out, os.path.join(outdir, f"slow_rank{rank}.pt"))
+    os._exit(0)   # the control left the default group broken: no orderly teardown
+
+
+def test_a_slow_checkpoint_write_does_not_trip_the_other_ranks_collective_timeout(tmp_path):
+    """Rank 1 waits for rank 0's writes on the checkpoint's gloo group (its own long timeout),
+    not in a collective of the default group: a write slower than the default group's timeout
+    saves; the control (the same write, waited for on the default group) times out."""
+    from rlvr.tiny import build
+
+    model = build(str(tmp_path / "m"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_slow_save_rank, args=(2, port, model, str(tmp_path)), nprocs=2, join=True)
+    ranks = [torch.load(tmp_path / f"slow_rank{r}.pt") for r in range(2)]
+    assert [r["ck"] for r in ranks] == ["saved", "saved"], ranks
+    for f in ("model.safetensors", "trainer_state.pt", "optimizer_rank000.pt", "optimizer_rank001.pt"):
+        assert (tmp_path / "ck" / f).exists(), f
+    assert ranks[1]["control"] != "saved" and "timed out" in ranks[1]["control"].lower(), ranks
+    assert not (tmp_path / "control" / "trainer_state.pt").exists()

@@ -99,3 +99,41 @@ def test_checkpoint_config_names_the_dtype_written(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"torch_dtype": "float32", "hidden_size": 8}))
     trainer_checkpoint.set_config_dtype(str(tmp_path), "bf16")
     assert json.loads((tmp_path / "config.json").read_text()) == {"dtype": "bfloat16", "hidden_size": 8}
+
+
+def _head_grad_error(fn, h, weight, targets, g, ref):
+    """Relative error (Frobenius) of the output layer's gradient of sum(g * logp) against `ref`."""
+    head = torch.nn.Linear(h.shape[1], weight.shape[0], bias=False, dtype=weight.dtype)
+    head.weight = torch.nn.Parameter(weight.clone())
+    lp, _ = fn(h, head)
+    (lp * g).sum().backward()
+    return ((head.weight.grad.double() - ref).norm() / ref.norm()).item()
+
+
+def test_tied_head_gradient_is_summed_over_chunks_in_fp32():
+    """bf16, 64 chunks of 8 tokens: summing each chunk's weight gradient in bf16 rounds at every
+    addition; head_logprobs sums them in fp32 and casts once. Against an fp64 reference the
+    error falls to about one bf16 rounding of the result."""
+    torch.manual_seed(0)
+    T, H, V, C = 512, 64, 256, 8
+    h = torch.randn(T, H).bfloat16()
+    weight = (torch.randn(V, H) / 8).bfloat16()
+    targets = torch.randint(0, V, (T,))
+    g = torch.rand(T)                                     # one sign: the chunks' gradients add up
+    w64 = weight.double().requires_grad_(True)
+    lp64 = torch.log_softmax(h.double() @ w64.T / 0.7, -1).gather(1, targets[:, None])[:, 0]
+    (lp64 * g.double()).sum().backward()
+    ref = w64.grad
+
+    from rlvr.grpo import selective_logprobs
+
+    before = _head_grad_error(lambda x, head: selective_logprobs(x, head.weight, targets, 0.7, C), h, weight,
+                              targets, g, ref)
+    after = _head_grad_error(lambda x, head: trainer_forward.head_logprobs(x, head, targets, 0.7, C), h, weight,
+                             targets, g, ref)
+    one_chunk = _head_grad_error(lambda x, head: trainer_forward.head_logprobs(x, head, targets, 0.7, T), h,
+                                 weight, targets, g, ref)
+    print(f"tied head gradient, relative error vs fp64: bf16 sum {before:.2e}, fp32 sum {after:.2e}, "
+          f"one chunk {one_chunk:.2e}")
+    assert after < before / 2 and after < 2 * one_chunk
+    assert after < 2 ** -8                                # about one bf16 rounding

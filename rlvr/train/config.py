@@ -208,6 +208,10 @@ def check(cfg: TrainConfig) -> list[str]:
         if n < 1 or n < (cfg.dapo.overlong_buffer or 0):
             raise ConfigError(f"rollout.max_tokens_by_dataset.{name}: must be >= 1 and >= dapo.overlong_buffer "
                               f"({cfg.dapo.overlong_buffer}), got {n}")
+    if r.logprobs == "raw" and t.loss.ratio_to == "engine" and r.temperature not in (0.0, 1.0) and not cfg.sft.only:
+        raise ConfigError(f"train.loss.ratio_to engine with rollout.logprobs raw and rollout.temperature "
+                          f"{r.temperature:g}: the ratio would compare the engine's log-probs before the temperature "
+                          f"with the trainer's at it; set rollout.logprobs processed or rollout.temperature 1")
     warnings = _check_modes(cfg)
     if r.top_p < 1.0 or r.top_k not in (-1, 0):
         warnings.append("rollout.top_p < 1 or top_k set: truncated sampling biases the importance ratio "

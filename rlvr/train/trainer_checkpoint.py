@@ -4,7 +4,9 @@ written last, and the restore of that state into a trainer built on the folder.
 
 `save` and `load_state` act on a rlvr.train.trainer.PolicyTrainer (its model, reference,
 optimizer, scheduler, loss scaler, version, rank and world); with several ranks every rank
-calls them and each writes and reads its own optimizer shard.
+calls them and each writes and reads its own optimizer shard, and the other ranks wait for
+rank 0's writes on a gloo group with its own long timeout (`wait_for_rank0`), never in an NCCL
+collective whose watchdog a slow filesystem could trip.
 """
 
 from __future__ import annotations
@@ -16,13 +18,15 @@ import numpy as np
 import torch
 
 from rlvr.records import atomic_file
-from rlvr.train.trainer_model import resolve_dtype
+from rlvr.train.trainer_model import checkpoint_group, resolve_dtype
 
 
 def save(tr, path: str, extra_state: dict, dtype: str | None = None) -> None:
     """A Hugging Face folder (model, tokenizer, generation config) + trainer_state.pt last;
     the weights in `dtype` (checkpoint.dtype; default the float32 master weights). With
     several ranks every rank must call it: each writes its optimizer shard."""
+    if tr.world > 1 and getattr(tr, "checkpoint_group", None) is None:
+        tr.checkpoint_group = checkpoint_group()     # every rank, before rank 0's writes
     sd = tr.full_state_dict()
     ref_sd = tr.full_state_dict(tr.ref) if tr.ref is not None and tr.ref_version else None
     opt_state = tr.opt.state_dict()
@@ -49,11 +53,9 @@ def save(tr, path: str, extra_state: dict, dtype: str | None = None) -> None:
             import shutil
 
             shutil.copy(gen, path)
-    if tr.world > 1:
-        import torch.distributed as dist
-
-        dist.barrier()
+    wait_for_rank0(tr)              # every optimizer shard and the weights are written ...
     if tr.rank != 0:
+        wait_for_rank0(tr)
         return
     state = {
         "version": tr.version,
@@ -67,6 +69,19 @@ def save(tr, path: str, extra_state: dict, dtype: str | None = None) -> None:
     }
     with atomic_file(os.path.join(path, "trainer_state.pt")) as fh:
         torch.save(state, fh)
+    wait_for_rank0(tr)              # ... and trainer_state.pt, last, before any rank goes on
+
+
+def wait_for_rank0(tr) -> None:
+    """With several ranks, a barrier on the trainer's checkpoint group (trainer_model.
+    checkpoint_group: gloo, its own long timeout, built at the first save): the other ranks
+    wait there while rank 0 writes, and never inside an NCCL collective whose watchdog a slow
+    filesystem would trip."""
+    if tr.world <= 1:
+        return
+    import torch.distributed as dist
+
+    dist.barrier(group=tr.checkpoint_group)
 
 
 def load_state(tr, path: str) -> dict:

@@ -5,7 +5,8 @@ Prompts are left-padded and completions right-padded so every completion starts 
 (`collate`), or, with train.packing, every sequence is laid in one padding-free row
 (rlvr.train.packing). Where the output layer is a plain linear map its forward is swapped, for
 the call, for the chunked selective log-softmax of the real tokens (rlvr.grpo.
-selective_logprobs): no [N, L, V] logits ever exist. Pure functions of a model and token ids:
+selective_logprobs, its weight gradient summed over the chunks in fp32: `head_logprobs`): no
+[N, L, V] logits ever exist. Pure functions of a model and token ids:
 rlvr.train.trainer.PolicyTrainer calls them with its own settings.
 """
 
@@ -48,6 +49,23 @@ def output_head(model, chunk_size: int):
     return head
 
 
+def head_logprobs(h: torch.Tensor, head: torch.nn.Linear, targets: torch.Tensor, temperature: float,
+                  chunk_size: int, with_entropy: bool = False):
+    """rlvr.grpo.selective_logprobs of the output layer `head` on h [T, H] -> (logp [T(, K)], entropy or None).
+
+    With more than one chunk, a bf16 (or fp16) output layer that takes gradients is handed over
+    as an fp32 copy: each chunk still computes in h's dtype, but the chunks' weight gradients
+    are summed in fp32 and cast to the parameter's dtype once (summed in bf16, every chunk's
+    addition rounds, and a tied embedding of Qwen3's 151,936 rows collects hundreds of them).
+    The copy costs 4 bytes per output-layer weight, and as much again for the running sum, in
+    the backward pass."""
+    w, b = head.weight, head.bias
+    if chunk_size and h.shape[0] > chunk_size and w.requires_grad and w.dtype in (torch.bfloat16, torch.float16):
+        w = w.float()
+        b = b.float() if b is not None else None
+    return selective_logprobs(h, w, targets, temperature, chunk_size, with_entropy, b)
+
+
 def logprobs(model, prompts, comps, *, pad_id: int, device: str, temperature: float, chunk_size: int,
              packing: bool = False, with_entropy: bool = False, extra_ids: torch.Tensor | None = None):
     """-> (logp [N, L], entropy [N, L] detached or None, mask [N, L]) of the completions at
@@ -71,8 +89,7 @@ def logprobs(model, prompts, comps, *, pad_id: int, device: str, temperature: fl
         sel = cmask.bool()                                                   # [N, L]
 
         def forward(h):                                                      # h [N, L+1, H]
-            lp, ent = selective_logprobs(h[:, :L][sel], head.weight, targets[sel], temperature,
-                                         chunk_size, with_entropy, head.bias)
+            lp, ent = head_logprobs(h[:, :L][sel], head, targets[sel], temperature, chunk_size, with_entropy)
             ents.append(ent)
             return lp                                                        # [T] real tokens
         head.forward = forward
@@ -112,8 +129,7 @@ def logprobs_packed(model, prompts, comps, *, device: str, temperature: float, c
     ents = []
     if head is not None:
         def forward(h):                                                      # h [1, T_c, H]
-            lp, ent = selective_logprobs(h[0], head.weight, targets, temperature,
-                                         chunk_size, with_entropy, head.bias)
+            lp, ent = head_logprobs(h[0], head, targets, temperature, chunk_size, with_entropy)
             ents.append(ent)
             return lp                                                        # [T_c]
         head.forward = forward

@@ -78,6 +78,24 @@ class MasterWeights:
         return {k: (self.by_param[id(names[k])] if k in names else v) for k, v in sd.items()}
 
 
+CHECKPOINT_TIMEOUT_S = 4 * 3600.0
+"""How long the ranks wait for rank 0's checkpoint writes (a 1.7B model's fp32 weights and its
+optimizer state are ~20 GB; a network filesystem may take many minutes for them)."""
+
+
+def checkpoint_group(timeout_s: float = CHECKPOINT_TIMEOUT_S):
+    """A gloo group of every trainer rank with its own long timeout, for the waits around
+    checkpoint writes: a barrier on the default NCCL group would trip its watchdog (the
+    group's timeout, 10 minutes) while rank 0 writes to a slow filesystem; gloo waits on the
+    CPU, off the GPU streams, for as long as it is told. A collective call: every rank calls it
+    at the same point."""
+    import datetime
+
+    import torch.distributed as dist
+
+    return dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s))
+
+
 def synchronize(device: str) -> None:
     """Wait for every kernel queued on the device's current stream (no-op on CPU)."""
     if str(device).startswith("cuda"):
