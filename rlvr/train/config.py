@@ -259,8 +259,8 @@ def _check_modes(cfg: TrainConfig) -> list[str]:
     warnings: list[str] = []
     if r.logprobs == "raw" and r.temperature not in (0.0, 1.0) and not sft.only:
         warnings.append(f"rollout.logprobs raw reports log-probs before the temperature ({r.temperature}); the "
-                        "trainer's are at the temperature, so the TIS weight and train.loss.ratio_to engine "
-                        "compare different distributions")
+                        "trainer's are at the temperature, so the TIS weight compares different distributions "
+                        "(with train.loss.ratio_to engine the combination is refused)")
     return warnings
 
 
