@@ -154,7 +154,9 @@ def trainer_memory(shape: ModelShape, tokens: int, *, world: int = 1, compute_by
       intermediates); without it, L such layers.
     - loss path: the fused selective log-softmax keeps two chunk x V float32 buffers
       (logits, then their gradient), plus the output layer's gradient twice (the chunk's and
-      the one accumulated), 2 x V x H x c.
+      the one accumulated), 2 x V x H x c; with more than one chunk in a 2-byte dtype the
+      output layer is handed over as an fp32 copy and its gradient summed in fp32
+      (rlvr.train.trainer_forward.head_logprobs): the copy, the chunk's and the sum, 3 x V x H x 4.
     - optimizer step: foreach AdamW makes one fp32 temporary of every moment it updates, 4P /
       W.
     - weights out (after the step, rlvr.train.trainer_weights; `sends`: the run syncs weights):
@@ -197,7 +199,8 @@ def trainer_memory(shape: ModelShape, tokens: int, *, world: int = 1, compute_by
     checkpoints = L * T * H * c
     parts["activations"] = checkpoints + layer if gradient_checkpointing else L * layer
     chunk = min(T, logprob_chunk or T)
-    parts["loss_path"] = 2 * chunk * V * 4 + 2 * V * H * c
+    fp32_head = T > chunk and c < 4          # head_logprobs' fp32 copy and fp32 gradient sum
+    parts["loss_path"] = 2 * chunk * V * 4 + (3 * V * H * 4 if fp32_head else 2 * V * H * c)
     parts["optimizer_step"] = 4 * P / W
     largest = shape.largest_tensor
     parts["weights_out"] = c * P if W > 1 and broadcast else 0.0
