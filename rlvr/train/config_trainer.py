@@ -43,8 +43,9 @@ class LossConfig:
     """[low, high]: sequences whose geometric-mean trainer/engine ratio exp(mean_t log pi_old/mu) lies outside
     are left out of the policy loss whole; null = off."""
     sapo_tau_pos: float = 1.0
+    """sapo's gate temperature for tokens of positive advantage (the paper's 1.0) ..."""
     sapo_tau_neg: float = 1.05
-    """sapo's gate temperatures for positive and negative advantages (the paper's 1.0 and 1.05)."""
+    """... and of negative advantage (the paper's 1.05: a faster decay off policy)."""
     ratio_to: str = "trainer"
     """What the PPO ratio pi_theta/pi_old is taken against: trainer (pi_old = the trainer's own policy before
     the batch's first update) or engine (pi_old = the engine's behaviour log-probs, rollout.logprobs; the
