@@ -362,8 +362,8 @@ def policy_loss(
     mis: dict[str, float] = {}
     if behaviour_logp is not None:
         pi_old = trainer_logp if trainer_logp is not None else old_logp
-        if cfg.tis_cap is not None:
-            raw = torch.exp((pi_old - behaviour_logp).clamp(max=20.0))  # [N, L]
+        if cfg.tis_cap is not None:   # against old_logp: 1 when the ratio is taken against mu itself
+            raw = torch.exp((old_logp - behaviour_logp).clamp(max=20.0))  # [N, L]
             weight = raw.clamp(max=cfg.tis_cap).detach()
             capped = (raw > cfg.tis_cap).to(logp.dtype)
             pg = pg * weight

@@ -98,4 +98,5 @@ def test_tiny_run_learns_with_each_new_loss_type(ray_session, base_model, tmp_pa
     first = sum(r["reward/mean"] for r in rows[:3]) / 3
     last = sum(r["reward/mean"] for r in rows[-3:]) / 3
     assert last > first + 0.1, (first, last)
-    assert all("mismatch/token_kl" in r and "entropy/top1_prob" in r for r in rows)
+    trained = [r for r in rows if r.get("train/sequences")]   # a step whose groups all had one reward trains none
+    assert trained and all("mismatch/token_kl" in r and "entropy/top1_prob" in r for r in trained)
