@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from rlvr.train.config_rollout import (SYNC_METHODS, SYNC_MODES, DataConfig, EvalConfig, ModelConfig,  # noqa: F401
                                        RolloutConfig, SyncConfig, TeacherConfig, VerifyConfig)
-from rlvr.train.config_trainer import (COMPAT, COMPAT_DEFAULTS, DTYPES, LOSS_TYPES, PRESETS,  # noqa: F401
+from rlvr.train.config_trainer import (ADVANTAGES, COMPAT, COMPAT_DEFAULTS, DTYPES, LOSS_TYPES, PRESETS,  # noqa: F401
                                        CheckpointConfig, DapoConfig, DistillConfig, LossConfig, SftConfig,
                                        TrainerConfig)
 
@@ -146,6 +146,14 @@ def check(cfg: TrainConfig) -> list[str]:
                           "(or null), train.logprob_chunk_size >= 0")
     if t.scale_rewards not in ("group", "none"):
         raise ConfigError(f"train.scale_rewards: expected group or none, got {t.scale_rewards!r}")
+    if t.advantage not in ADVANTAGES:
+        raise ConfigError(f"train.advantage: expected one of {', '.join(ADVANTAGES)}, got {t.advantage!r}")
+    for key in ("token_mask", "seq_mask"):
+        band = getattr(t.loss, key)
+        if band is not None and not (len(band) == 2 and 0 <= band[0] <= 1 <= band[1]):
+            raise ConfigError(f"train.loss.{key}: expected [low, high] with 0 <= low <= 1 <= high, got {band!r}")
+    if t.loss.entropy_coef < 0 or min(t.loss.sapo_tau_pos, t.loss.sapo_tau_neg) <= 0:
+        raise ConfigError("train.loss.entropy_coef must be >= 0 and sapo_tau_pos, sapo_tau_neg > 0")
     if t.lr_schedule not in ("constant", "linear", "cosine"):
         raise ConfigError(f"train.lr_schedule: expected constant, linear or cosine, got {t.lr_schedule!r}")
     if r.engine not in ("vllm", "hf"):

@@ -8,15 +8,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-LOSS_TYPES = ("grpo", "dapo", "dr_grpo")
-"""train.loss.loss_type's choices (rlvr.grpo computes each)."""
+LOSS_TYPES = ("grpo", "dapo", "dr_grpo", "gspo", "cispo", "sapo")
+"""train.loss.loss_type's choices (rlvr.grpo computes each; docs/train-algorithms.md gives their formulas)."""
+ADVANTAGES = ("grpo", "rloo", "reinforce_pp")
+"""train.advantage's choices: the baseline and normalisation of the rewards (rlvr.grpo.group_advantages)."""
 
 
 @dataclass
 class LossConfig:
     """The loss's settings (rlvr/grpo.py computes it): rlvr-train's `train.loss` section."""
     loss_type: str = "grpo"
-    """grpo (mean per sequence), dapo (token level), dr_grpo (constant normaliser)."""
+    """grpo (mean per sequence), dapo (token level), dr_grpo (constant normaliser), gspo (sequence-level ratio,
+    the geometric mean of the token ratios, clipped per sequence: use clip bounds near 3e-4/4e-4), cispo (the
+    clipped ratio, detached, weighting a REINFORCE term; token level) or sapo (a sigmoid-gated soft clip)."""
     clip_low: float = 0.2
     clip_high: float = 0.2
     """PPO clip bounds on pi_theta/pi_old (clip_high > clip_low: DAPO's clip-higher); they act only with
@@ -27,6 +31,21 @@ class LossConfig:
     """Truncated importance sampling cap on pi_trainer/pi_engine; null turns the correction off."""
     max_tokens: int | None = None
     """dr_grpo's constant normaliser; null = rollout.max_tokens."""
+    entropy_coef: float = 0.0
+    """Entropy bonus: loss -= entropy_coef x the entropy of the policy at the sampled positions, aggregated as the
+    policy loss; 0 = off."""
+    entropy_low: float = 0.1
+    """The trace's entropy/low_frac counts the tokens whose entropy (nats) lies below this threshold."""
+    token_mask: list[float] | None = None
+    """[low, high]: tokens whose trainer/engine ratio pi_old/mu lies outside are left out of the policy loss
+    (they add 0; the normaliser is unchanged); null = off."""
+    seq_mask: list[float] | None = None
+    """[low, high]: sequences whose geometric-mean trainer/engine ratio exp(mean_t log pi_old/mu) lies outside
+    are left out of the policy loss whole; null = off."""
+    sapo_tau_pos: float = 1.0
+    """sapo's gate temperature for tokens of positive advantage (the paper's 1.0) ..."""
+    sapo_tau_neg: float = 1.05
+    """... and of negative advantage (the paper's 1.05: a faster decay off policy)."""
     ratio_to: str = "trainer"
     """What the PPO ratio pi_theta/pi_old is taken against: trainer (pi_old = the trainer's own policy before
     the batch's first update) or engine (pi_old = the engine's behaviour log-probs, rollout.logprobs; the
@@ -78,6 +97,10 @@ class TrainerConfig:
     adv_std: str = "unbiased"
     """The group std of scale_rewards group: unbiased (divides by G - 1, torch's and TRL's) or population
     (divides by G); at G = 8 the unbiased advantages are sqrt(7/8) of the population ones, about 6.5% smaller."""
+    advantage: str = "grpo"
+    """The advantage estimator: grpo (reward minus the group mean, scaled by the group std with scale_rewards
+    group), rloo (reward minus the mean of the group's other rewards, scaled alike) or reinforce_pp (REINFORCE++
+    baseline: reward minus the group mean, scaled by the whole batch's std with scale_rewards group)."""
     loss: LossConfig = field(default_factory=LossConfig)
     """The loss (rlvr/grpo.py): loss_type, clip_low, clip_high, beta, tis_cap, max_tokens."""
     # -- updates per batch (docs/train-algorithms.md) and memory (docs/train-async.md) --

@@ -69,7 +69,8 @@ def head_logprobs(h: torch.Tensor, head: torch.nn.Linear, targets: torch.Tensor,
 def logprobs(model, prompts, comps, *, pad_id: int, device: str, temperature: float, chunk_size: int,
              packing: bool = False, with_entropy: bool = False, extra_ids: torch.Tensor | None = None):
     """-> (logp [N, L], entropy [N, L] detached or None, mask [N, L]) of the completions at
-    `temperature`, chunk_size completion tokens' full-vocabulary logits at once (0: all, the
+    `temperature` (with_entropy "stats": [N, L, 2], the entropy with its graph and the top-1
+    probability; rlvr.grpo.selective_logprobs), chunk_size completion tokens' full-vocabulary logits at once (0: all, the
     reference path). extra_ids [N, L, K]: also the log-probs of these ids at each position (a
     teacher's top-k), logp then [N, L, 1 + K] with the completion's own token first."""
     if packing:
@@ -103,7 +104,7 @@ def logprobs(model, prompts, comps, *, pad_id: int, device: str, temperature: fl
     if head is not None:
         where = sel.unsqueeze(-1).expand_as(targets) if targets.dim() == 3 else sel
         logp = torch.zeros(targets.shape, dtype=cmask.dtype, device=dev).masked_scatter(where, out.logits)
-        ent = torch.zeros_like(cmask).masked_scatter(sel, ents[0]) if with_entropy else None
+        ent = scatter_stats(sel, ents[0], cmask) if with_entropy else None
         return logp, ent, cmask
     # The reference path (train.logprob_chunk_size 0): [N, L, V] logits, in fp32 before the
     # temperature (as vLLM).
@@ -146,4 +147,13 @@ def logprobs_packed(model, prompts, comps, *, device: str, temperature: float, c
         lp, ent = token_logprobs(out.logits[0].float() / temperature, targets, with_entropy=with_entropy)
     where = sel.unsqueeze(-1).expand(*sel.shape, targets.shape[1]) if targets.dim() == 2 else sel
     logp = torch.zeros(where.shape, dtype=cmask.dtype, device=dev).masked_scatter(where, lp)   # [N, L(, 1+K)]
-    return logp, (torch.zeros_like(cmask).masked_scatter(sel, ent) if with_entropy else None), cmask
+    return logp, (scatter_stats(sel, ent, cmask) if with_entropy else None), cmask
+
+
+def scatter_stats(sel: torch.Tensor, values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """The real tokens' entropy [T] (or entropy and top-1 probability, [T, 2]: with_entropy "stats")
+    back into [N, L] (or [N, L, 2]), zeros elsewhere, keeping its graph."""
+    if values.dim() == 2:
+        out = like.new_zeros((*sel.shape, values.shape[-1]))
+        return out.masked_scatter(sel.unsqueeze(-1).expand_as(out), values)
+    return torch.zeros_like(like).masked_scatter(sel, values)

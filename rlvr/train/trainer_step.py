@@ -35,6 +35,12 @@ class Batch:
     extras: dict = field(default_factory=dict)   # loss name -> rlvr.train.extras.ExtraBatch (rlvr.losses)
     samples_per_batch: int | None = None    # the configured sequences per rollout batch (prompts x n):
                                             # dr_grpo's constant normaliser, whatever was filtered out
+    datasets: list[str] | None = None       # each sequence's dataset: the trace's entropy/dataset/<name>
+
+
+PRIVATE = ("_tokens", "_diff_sum", "_diff_n", "_real", "_padded", "_seqs")
+SEQ_WEIGHTED = "mismatch/seq_"          # rlvr.grpo.mismatch's per-sequence means
+DATASET_ENTROPY = "entropy/dataset/"    # the policy's token-mean entropy on each dataset's sequences
 
 
 def merge_metrics(per_rank: list[dict]) -> dict[str, float]:
@@ -49,8 +55,14 @@ def merge_metrics(per_rank: list[dict]) -> dict[str, float]:
         for k in per_rank[0]:
             vals = [r.get(k, float("nan")) for r in per_rank]
             if k.startswith("loss/") or k.endswith(("/sequences", "/tokens")) or k.split("/")[0] in EXTRA_LOSSES \
-                    or k in ("_tokens", "_diff_sum", "_diff_n", "_real", "_padded"):
+                    or k in PRIVATE or k.startswith("_ent_n/"):
                 m[k] = float(sum(vals))
+            elif k.startswith(SEQ_WEIGHTED) or k.startswith(DATASET_ENTROPY):
+                # per-sequence means weigh by sequences, a dataset's entropy by its tokens
+                ws = [r.get("_seqs", 0.0) if k.startswith(SEQ_WEIGHTED)
+                      else r.get("_ent_n/" + k[len(DATASET_ENTROPY):], 0.0) for r in per_rank]
+                pairs = [(v, w) for v, w in zip(vals, ws) if w and v == v]
+                m[k] = sum(v * w for v, w in pairs) / sum(w for _, w in pairs) if pairs else float("nan")
             elif k.endswith("/max") or k.startswith("time/"):
                 m[k] = max(vals)
             elif k in ("grad/norm", "lr", "train/updates", "ref/version") or k.startswith("precision/"):
@@ -62,7 +74,7 @@ def merge_metrics(per_rank: list[dict]) -> dict[str, float]:
         m["logprob/engine_vs_trainer_abs_diff"] = m.get("_diff_sum", 0.0) / n if n else float("nan")
         padded = m.get("_padded", 0.0)
         m["train/padded_frac"] = 1.0 - m.get("_real", 0.0) / padded if padded else 0.0
-    for k in ("_tokens", "_diff_sum", "_diff_n", "_real", "_padded"):
+    for k in [k for k in m if k in PRIVATE or k.startswith("_ent_n/")]:
         m.pop(k, None)
     return m
 
@@ -187,6 +199,9 @@ def step(tr, batch: Batch) -> dict[str, float]:
     maxima: dict[str, float] = {}
     extra_acc: dict[str, float] = {}
     tok_weights, grad_norms, skipped = 0.0, [], 0
+    seq_weights, seq_acc = 0.0, {}                # per-sequence means, weighed by sequences
+    ds_ent: dict[str, float] = {}                 # dataset -> summed token entropy (first pass)
+    ds_tok: dict[str, float] = {}
     diffs_sum, diffs_n = 0.0, 0
     # Dr. GRPO's constant: the configured sequences of a mini-batch, not those that survived
     dr_seqs = batch.samples_per_batch / max(1, tr.cfg.mini_batches) if batch.samples_per_batch else None
@@ -204,7 +219,14 @@ def step(tr, batch: Batch) -> dict[str, float]:
                 real_tokens += real
                 padded_tokens += real if tr.cfg.packing else len(part) * (
                     max(len(batch.prompt_ids[i]) for i in part) + max(len(batch.completion_ids[i]) for i in part))
-            logp, ent, mask = tr._forward(tr.model, part, batch, with_entropy=True)
+            # "stats": the entropy with its graph (the entropy bonus) and the top-1 probability, [n, L, 2]
+            logp, stats, mask = tr._forward(tr.model, part, batch, with_entropy="stats")
+            ent, top1 = stats[..., 0], stats[..., 1]
+            if batch.datasets is not None and u < len(minis):
+                for j, i in enumerate(part):
+                    name = str(batch.datasets[i])
+                    ds_ent[name] = ds_ent.get(name, 0.0) + float((ent[j].detach() * mask[j]).sum())
+                    ds_tok[name] = ds_tok.get(name, 0.0) + float(mask[j].sum())
             old_t = stack([old[i] for i in part], logp) if old else logp.detach()
             beh = None
             if batch.behaviour_logprobs is not None and part:
@@ -223,14 +245,19 @@ def step(tr, batch: Batch) -> dict[str, float]:
                 base = beh
             loss, m = policy_loss(logp, base, adv, mask, tr.loss_cfg, behaviour_logp=beh, ref_logp=ref_t,
                                   entropy=ent, n_total=len(mini), tokens_total=tokens_total,
-                                  dr_grpo_sequences=dr_seqs)
+                                  dr_grpo_sequences=dr_seqs, top1=top1, trainer_logp=old_t)
             # Losses are normalised by the whole mini-batch's counts, so the ranks' gradients
             # must be summed; FSDP averages them over ranks, hence the factor.
             backward(tr, loss * tr.world)
             w = float(mask.sum())
             tok_weights += w
+            n_seq = float((mask.sum(1) > 0).sum())
+            seq_weights += n_seq
             for key, v in m.items():
-                if key.startswith("loss/"):
+                if key.startswith(SEQ_WEIGHTED):
+                    if n_seq:
+                        seq_acc[key] = seq_acc.get(key, 0.0) + v * n_seq
+                elif key.startswith("loss/"):
                     acc[key] = acc.get(key, 0.0) + v / len(updates)   # mean over updates
                 elif key.endswith("/max"):
                     maxima[key] = max(maxima.get(key, 0.0), v) if w else maxima.get(key, 0.0)
@@ -251,6 +278,11 @@ def step(tr, batch: Batch) -> dict[str, float]:
             acc[key] = acc[key] / tok_weights if tok_weights else float("nan")
     if updates and idx_all:
         acc.update(maxima)
+    for key, v in seq_acc.items():
+        acc[key] = v / seq_weights if seq_weights else float("nan")
+    for name, n_tok in ds_tok.items():
+        acc[DATASET_ENTROPY + name] = ds_ent[name] / n_tok if n_tok else float("nan")
+        acc["_ent_n/" + name] = n_tok
     extra_losses.finish(acc, extra_acc, extras, len(minis), tr.rank, tr.world)
     lr = tr.sched.get_last_lr()[0]
     tr.sched.step()
@@ -274,7 +306,7 @@ def step(tr, batch: Batch) -> dict[str, float]:
         "time/trainer_pi_old_s": t_old, "time/trainer_fwd_bwd_s": t_fb, "time/trainer_optimizer_s": t_opt,
         "train/padded_frac": 1.0 - real_tokens / padded_tokens if padded_tokens else 0.0,
         "_tokens": tok_weights, "_diff_sum": diffs_sum, "_diff_n": float(diffs_n),
-        "_real": float(real_tokens), "_padded": float(padded_tokens),
+        "_real": float(real_tokens), "_padded": float(padded_tokens), "_seqs": seq_weights,
     })
     return acc
 
