@@ -112,8 +112,9 @@ def token_lags(samples: list[dict], step: int) -> Counter:
 
 def assemble(groups: list[Group], step: int, scale_rewards: str, filter_zero_std: bool, mask_truncated: bool,
              max_tokens: int | list[int], overlong_buffer: int = 0, overlong_factor: float = 1.0,
-             adv_std: str = "unbiased") -> Assembled:
-    """The trainer's batch: one sequence per sample, advantages relative to its group.
+             adv_std: str = "unbiased", advantage: str = "grpo") -> Assembled:
+    """The trainer's batch: one sequence per sample, advantages relative to its group
+    (train.advantage: rlvr.grpo.group_advantages' estimator), each sequence's dataset beside it.
     max_tokens: the generation length (the overlong punishment's reference), or one per group."""
     import torch
 
@@ -126,8 +127,8 @@ def assemble(groups: list[Group], step: int, scale_rewards: str, filter_zero_std
     penalties = [[overlong_penalty(len(s["token_ids"]), m, overlong_buffer, overlong_factor)
                   for s in g.samples] for g, m in zip(groups, limits)]
     shaped = rewards + torch.tensor(penalties, dtype=torch.float32).reshape(len(groups), G)
-    adv, zero_std = group_advantages(shaped, scale_rewards, std=adv_std)              # [B, G], [B]
-    b = Batch([], [], [], [], [])
+    adv, zero_std = group_advantages(shaped, scale_rewards, std=adv_std, estimator=advantage)  # [B, G], [B]
+    b = Batch([], [], [], [], [], datasets=[])
     lengths, truncated, stale = [], 0, []
     for i, g in enumerate(groups):
         for j, s in enumerate(g.samples):
@@ -135,6 +136,7 @@ def assemble(groups: list[Group], step: int, scale_rewards: str, filter_zero_std
             b.completion_ids.append(list(s["token_ids"]))
             b.advantages.append(float(adv[i, j]))
             b.behaviour_logprobs.append(list(s.get("logprobs") or []))
+            b.datasets.append(str(g.record.get("dataset", "")))
             cut = s.get("finish_reason") == "length"
             truncated += cut
             lengths.append(len(s["token_ids"]))

@@ -293,7 +293,7 @@ def assemble_batch(run: Run, groups: list[Group], step: int):
     cfg, d, t = run.cfg, run.cfg.dapo, run.cfg.train
     a = assemble(groups, step, t.scale_rewards, t.filter_zero_std, t.mask_truncated,
                  [prompt_max_tokens(g.record, cfg.rollout.max_tokens) for g in groups],
-                 d.overlong_buffer or 0, d.overlong_penalty, adv_std=t.adv_std)
+                 d.overlong_buffer or 0, d.overlong_penalty, adv_std=t.adv_std, advantage=t.advantage)
     a.batch.samples_per_batch = cfg.rollout.prompts_per_step * cfg.rollout.n   # dr_grpo's constant
     run.modes.extend(run, a, groups, step)
     worst = max([*a.staleness, *a.token_lags], default=0)
