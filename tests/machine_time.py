@@ -16,11 +16,14 @@ not show (a slow disk, a throttled CPU); the README names it.
     clock.seconds()   # machine seconds since the clock started
 
     wait_for(lambda: path.exists(), 30, "the checkpoint")  # 30 machine seconds (times RLVR_TEST_SLOW)
+    out, err = communicate(proc, 600, "rlvr-train")        # Popen.communicate, bounded the same way
+    r = run(cmd, capture_output=True, timeout=600)         # subprocess.run, timeout in machine seconds
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 import time
 
@@ -101,3 +104,36 @@ def wait_for(ready, seconds: float, what: str, poll: float = 0.05):
             raise AssertionError(f"{what}: not ready after {clock.wall():.0f} s "
                                  f"({limit(seconds):.0f} machine seconds; RLVR_TEST_SLOW={SLOW:g})")
         time.sleep(poll)
+
+
+def communicate(proc: subprocess.Popen, seconds: float, what: str, input=None):
+    """proc.communicate(input), bounded by `seconds` machine seconds (times RLVR_TEST_SLOW)
+    instead of wall seconds: past them the process is killed and the test fails naming what
+    ran. Returns (stdout, stderr) as communicate does."""
+    clock = MachineClock()
+    while True:
+        try:
+            return proc.communicate(input, timeout=1.0)
+        except subprocess.TimeoutExpired:  # (communicate keeps what it read so far)
+            input = None
+            if clock.seconds() > limit(seconds):
+                proc.kill()
+                proc.communicate()
+                raise AssertionError(f"{what}: still running after {clock.wall():.0f} s "
+                                     f"({limit(seconds):.0f} machine seconds; RLVR_TEST_SLOW={SLOW:g})") from None
+
+
+def run(args, *, timeout: float, input=None, capture_output: bool = False, check: bool = False, **kw):
+    """subprocess.run with its timeout in machine seconds (times RLVR_TEST_SLOW): for a command
+    whose bound only guards against a hang."""
+    if input is not None:
+        kw["stdin"] = subprocess.PIPE
+    if capture_output:
+        kw["stdout"] = kw["stderr"] = subprocess.PIPE
+    what = " ".join(map(str, args)) if isinstance(args, list) else str(args)
+    with subprocess.Popen(args, **kw) as proc:
+        out, err = communicate(proc, timeout, what[:200], input)
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    if check:
+        done.check_returncode()
+    return done

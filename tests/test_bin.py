@@ -15,6 +15,7 @@ import sys
 import orjson
 
 from helpers import DATA, REPO
+import machine_time  # hang guards in machine seconds
 from test_eval_jobs import fake_node
 
 BIN = os.path.join(REPO, "bin")
@@ -37,10 +38,10 @@ def test_make_sweep_evaluates_the_checkpoints_and_prints_the_table(tiny_model_di
     (tmp_path / "ckpts" / "step_000010").mkdir()    # being written (no model yet): not a checkpoint
     evals = tmp_path / "evals"
     env = env_with_venv(fake_node(tmp_path, ["free", "free"]))
-    r = subprocess.run(["make", "--no-print-directory", "-C", REPO, "sweep", f"PY={sys.executable}",
+    r = machine_time.run(["make", "--no-print-directory", "-C", REPO, "sweep", f"PY={sys.executable}",
                         f"CKPTS={tmp_path}/ckpts/step*", "BENCHMARKS=math500", f"EVALS={evals}",
                         f"SWEEP_ARGS=--source math500={MATH500} --limit 2 --max-tokens 2 {HF}"],
-                       capture_output=True, text=True, env=env, timeout=600)
+                         capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("|")]
     assert lines[0] == "| checkpoint | math500_2tok accuracy |"    # the length the sweep ran with is in the name
@@ -55,8 +56,8 @@ def test_passk_sweep_then_a_curriculum_from_its_results(tiny_model_dir, tmp_path
     env = env_with_venv()
     env.update(SOURCE=MATH500, EVAL_ARGS=f"--limit 3 --max-tokens 3 {HF}")
     out = tmp_path / "passk"
-    r = subprocess.run(["bash", os.path.join(BIN, "passk-sweep.sh"), "math500", "2", str(out), str(ckpt)],
-                       capture_output=True, text=True, env=env, timeout=600)
+    r = machine_time.run(["bash", os.path.join(BIN, "passk-sweep.sh"), "math500", "2", str(out), str(ckpt)],
+                         capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     run = out / "run1_step_000002"
     table = json.loads((run / "pass_at_k.json").read_text())
@@ -83,8 +84,8 @@ def test_eval_checkpoint_runs_the_three_commands(tiny_model_dir, tmp_path):
     env["ROLLOUT_ARGS"] = "--engine hf --dtype float32 --max-tokens 4"
     out = tmp_path / "out"
     gsm8k = os.path.join(DATA, "datasets", "gsm8k", "test.jsonl")
-    r = subprocess.run(["bash", os.path.join(BIN, "eval-checkpoint.sh"), tiny_model_dir, str(out), "0", gsm8k],
-                       capture_output=True, text=True, env=env, timeout=600)
+    r = machine_time.run(["bash", os.path.join(BIN, "eval-checkpoint.sh"), tiny_model_dir, str(out), "0", gsm8k],
+                         capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.startswith("gsm8k accuracy: ")
     done = [orjson.loads(ln) for ln in (out / "results.jsonl").read_bytes().splitlines()]

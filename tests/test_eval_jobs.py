@@ -18,6 +18,7 @@ import orjson
 import pytest
 
 from helpers import REPO, invoke
+import machine_time  # hang guards in machine seconds
 from rlvr.eval import runner as ev
 from rlvr.errors import BadInput, UsageError
 from rlvr.eval import jobs as sweep
@@ -286,7 +287,7 @@ def test_jobs_run_on_the_free_gpus_at_once_and_skip_finished_ones(tiny_model_dir
     env.pop("RLVR_S3_DATASETS", None)
     cmd = [sys.executable, "-m", "rlvr.commands.eval", "--jobs", str(jobs), str(out), "-b", "gsm8k:1", "--limit", "2",
            "--max-tokens", "4", *HF]
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
+    r = machine_time.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
     assert r.returncode == 0, r.stderr + "".join(p.read_text() for p in out.glob("*/*/eval.log"))
     # every GPU busy at the start: the node waits (no exit 4), and GPUs 1 and 2, freed later, take the units
     assert "2 job(s) x 1 task(s): 2 to run on the GPUs as they free up (none is free now)" in r.stderr
@@ -396,7 +397,7 @@ def test_offline_single_evaluation_and_watch_read_lm_evals_task_rows_from_rlvr_d
     watch = [sys.executable, "-m", "rlvr.commands.eval", "--watch", str(tmp_path / "run" / "checkpoints" / "step_*"),
              str(tmp_path / "evals"), "-b", "gsm8k:1", "--once", "--limit", "2", "--max-tokens", "4", *HF]
     for cmd, folder in ((single, tmp_path / "one"), (watch, tmp_path / "evals" / "step_000002" / "gsm8k_1shot")):
-        r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
+        r = machine_time.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
         logs = "".join(p.read_text() for p in tmp_path.glob("evals/*/*/eval.log"))
         assert r.returncode == 0, r.stderr + logs
         s = summary(folder)

@@ -20,6 +20,7 @@ import orjson
 import pytest
 
 from helpers import REPO, invoke
+from machine_time import SLOW, MachineClock
 from rlvr import gpu
 
 FAKES = os.path.join(REPO, "tests", "fakes")
@@ -70,10 +71,10 @@ def _until(cond, what: str, limit: float = 300.0) -> None:  # a guard against a 
 LAUNCH_ORPHANS = """
 import multiprocessing as mp, os, sys, time
 ctx = mp.get_context("spawn")
-ps = [ctx.Process(target=time.sleep, args=(120,)),
+ps = [ctx.Process(target=time.sleep, args=(600,)),
       ctx.Process(target=exec, args=("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-                                     "time.sleep(120)",)),
-      ctx.Process(target=time.sleep, args=(120,))]
+                                     "time.sleep(600)",)),
+      ctx.Process(target=time.sleep, args=(600,))]
 for p in ps:
     p.start()
 print(" ".join(str(p.pid) for p in ps), flush=True)
@@ -110,13 +111,14 @@ class Procs:
 
     def __init__(self):
         self.popen: list[subprocess.Popen] = []
-        self.live = self._start(["sleep", "121"]).pid            # e.g. an inference server
-        self.trainer = self._start(["sleep", "122"]).pid
+        # (each lives far longer than the module runs, on a busy machine too; stop() ends them)
+        self.live = self._start(["sleep", "601"]).pid            # e.g. an inference server
+        self.trainer = self._start(["sleep", "602"]).pid
         z = self._start(["true"])                                 # never waited for: defunct
         self.defunct = z.pid
         _until(lambda: _stat(z.pid) and _stat(z.pid)[0] == "Z", "a defunct child")
         self.gone, self.gone2 = self._reaped(), self._reaped()   # not in /proc any more
-        out = subprocess.run(["sh", "-c", "sleep 123 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True)
+        out = subprocess.run(["sh", "-c", "sleep 603 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True)
         self.nohup = int(out.stdout)                              # left by its shell: ppid 1, no worker
         self.extra = [self.nohup]
         _until(lambda: _stat(self.nohup) is not None, "nohup child")
@@ -221,7 +223,7 @@ def test_mixed_node_states_from_both_backends(procs, tmp_path, backend):
     assert by[1].util == [97, 100, 99] and by[1].util_max == 100
     assert by[6].util == [0, 35, 0]   # one busy reading in three is enough
     p2 = by[2].procs[0]
-    assert (p2.pid, p2.status, p2.state, p2.cmdline) == (procs.live, "live", "S", "sleep 121")
+    assert (p2.pid, p2.status, p2.state, p2.cmdline) == (procs.live, "live", "S", "sleep 601")
     assert p2.user and p2.uid == os.getuid() and p2.age_s is not None and 0 <= p2.age_s < 600
     assert round(p2.used_mib) == 70900
     assert [p.status for p in by[3].procs] == ["gone"]
@@ -483,7 +485,7 @@ def test_json_has_every_field(procs, tmp_path):
         assert x["samples"] == 3 and len(x["util"]) == 3
     p = recs[2]["processes"][0]
     assert {k: p[k] for k in ("pid", "cmdline", "state", "status", "used_mib")} == \
-        {"pid": procs.live, "cmdline": "sleep 121", "state": "S", "status": "live", "used_mib": 70900.0}
+        {"pid": procs.live, "cmdline": "sleep 601", "state": "S", "status": "live", "used_mib": 70900.0}
     assert isinstance(p["age_s"], float) and p["user"]
 
 
@@ -494,17 +496,19 @@ def test_table_marks_the_picked_gpus(procs, tmp_path):
     lines = r.stdout.splitlines()
     assert lines[0].split()[:2] == ["GPU", "STATE"]
     assert lines[1].startswith("*0 ") and " free " in lines[1]
-    assert any(f"pid {procs.live}" in ln and "sleep 121" in ln for ln in lines)
+    assert any(f"pid {procs.live}" in ln and "sleep 601" in ln for ln in lines)
     assert lines[-1] == "* picked: 0"
 
 
 def test_wait_until_free_and_wait_timeout(tmp_path):
     busy, free = all_free_but(set(range(8))), all_free_but({0, 1, 2, 3, 4, 5})
     scenario(tmp_path, [busy, busy, busy, busy, free, free])   # free from the third window on
-    t = time.monotonic()
+    clock = MachineClock(sample=True)  # machine seconds (tests/machine_time.py)
     r = invoke(PROG, ["-n", "2", "--wait", "--samples", "2", "--interval", "0"])
+    took = clock.seconds()
+    clock.stop()
     assert (r.code, r.stdout) == (0, "6,7\n"), r.stderr
-    assert "waiting for 2 free GPU(s)" in r.stderr and time.monotonic() - t < 10
+    assert "waiting for 2 free GPU(s)" in r.stderr and took < 10 * SLOW, took
     scenario(tmp_path, [busy])
     r = invoke(PROG, ["-n", "1", "--wait", "--timeout", "0.3", "--samples", "1"])
     assert r.code == gpu.EXIT_TOO_FEW and "timed out after 0.3 s" in r.stderr and r.stdout == ""

@@ -12,6 +12,7 @@ import os
 import pytest
 
 from helpers import DATA
+import machine_time  # hang guards in machine seconds
 
 pytest.importorskip("lm_eval")
 from lm_eval.api.model import LM  # noqa: E402
@@ -198,10 +199,10 @@ def test_harness_lm_eval_runs_lm_evals_vllm_backend_under_the_template(tiny_mode
     out = tmp_path / "evals"
     env = dict(os.environ, RLVR_CACHE=str(tmp_path / "cache"), OMP_NUM_THREADS="1")
     env.pop("CUDA_VISIBLE_DEVICES", None)
-    r = subprocess.run([sys.executable, "-m", "rlvr.commands.eval", "--jobs", str(jobs), str(out), "-b", "gsm8k:1",
+    r = machine_time.run([sys.executable, "-m", "rlvr.commands.eval", "--jobs", str(jobs), str(out), "-b", "gsm8k:1",
                         "--source", f"gsm8k={SOURCES['gsm8k']}", "--limit", "2", "--max-model-len", "2048",
                         "--harness", "lm-eval", "--model-args", "enforce_eager=True"],
-                       capture_output=True, text=True, cwd=REPO, env=env, timeout=900)
+                         capture_output=True, text=True, cwd=REPO, env=env, timeout=900)
     run_dir = out / "tiny" / "gsm8k_1shot"
     assert r.returncode == 0, r.stderr[-2000:] + (run_dir / "eval.log").read_text()[-3000:]
     line = orjson.loads(r.stdout)

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from helpers import DATA, REPO, invoke
+import machine_time  # hang guards in machine seconds
 from rlvr.cloud.evalspec import load_eval_config
 from rlvr.eval.harness import olmes_folder
 
@@ -205,8 +206,8 @@ def test_allenai_thinker_run_with_olmes_beside_it_in_a_simulated_sagemaker_job(t
                OMP_NUM_THREADS="1", RAY_USAGE_STATS_ENABLED="0", TOKENIZERS_PARALLELISM="false",
                FAKE_OLMES_LOG=str(log), FAKE_OLMES_PYTHON=sys.executable)
     env.pop("RLVR_JOB_S3", None)
-    proc = subprocess.run([sys.executable, "-m", "rlvr.cloud.entrypoint", "train"], env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, timeout=900)
+    proc = machine_time.run([sys.executable, "-m", "rlvr.cloud.entrypoint", "train"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, timeout=900)
     out = proc.stdout.decode(errors="replace")
     assert proc.returncode == 0, out[-3000:]
     (run,) = os.listdir(opt_ml / "model")

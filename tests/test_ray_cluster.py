@@ -19,6 +19,7 @@ import sys
 import pytest
 
 from helpers import REPO
+import machine_time  # hang guards in machine seconds
 from rlvr.errors import ConfigError
 from rlvr.train import ray_cluster
 from rlvr.train.ray_cluster import Choice, choose, raylets, temp_dir_note
@@ -142,9 +143,9 @@ cat {temp}/ray_current_cluster > {tmp_path}/address
     env.update(HOME=str(home), OMP_NUM_THREADS="1", RAY_USAGE_STATS_ENABLED="0", TOKENIZERS_PARALLELISM="false")
     # own PID namespace and /proc: `ray stop` sees, and rlvr-train finds, only this cluster;
     # when bwrap ends (or is killed) every process in it ends too
-    p = subprocess.run(["bwrap", "--dev-bind", "/", "/", "--unshare-pid", "--proc", "/proc", "--die-with-parent",
+    p = machine_time.run(["bwrap", "--dev-bind", "/", "/", "--unshare-pid", "--proc", "/proc", "--die-with-parent",
                         "bash", "-c", script], env=env, cwd=str(tmp_path), timeout=600,
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     start_log = (tmp_path / "start.log").read_text() if (tmp_path / "start.log").exists() else ""
     assert p.returncode == 0, (p.stdout.decode(errors="replace")[-2000:], start_log[-3000:])
     address = (tmp_path / "address").read_text().strip()

@@ -220,7 +220,7 @@ def test_train_traces_reach_s3_before_the_next_checkpoint(s3env, bucket, tmp_pat
     with the uploads mapped to another layout (the one of a SageMaker job); checkpoints being
     written never go up, and the run folder's final state does (rlvr.s3.Layout's default
     layout is tested in test_s3_sync.py)."""
-    import time
+    from machine_time import wait_for
 
     from rlvr.config_loader import load_config, to_yaml
     from rlvr.s3 import BackgroundUploader, watch
@@ -248,11 +248,13 @@ def test_train_traces_reach_s3_before_the_next_checkpoint(s3env, bucket, tmp_pat
         # this step's trace in S3; then no checkpoint may be there yet
         step = len((run_dir / "traces" / "trace.jsonl").read_bytes().splitlines())
         local = tmp_path / "watched" / "job1" / "traces" / "trace.jsonl"
-        deadline = time.monotonic() + 180
-        while not (local.exists() and len(local.read_bytes().splitlines()) == step):
-            assert time.monotonic() < deadline, f"step {step}'s trace never reached S3"
+
+        def arrived():
+            if local.exists() and len(local.read_bytes().splitlines()) == step:
+                return True
             watch("job1", f"s3://{bucket}/sm/checkpoints/", str(tmp_path / "watched"), once=True)
-            time.sleep(0.2)
+
+        wait_for(arrived, 180, f"step {step}'s trace in S3", poll=0.2)  # machine seconds
         listed = c.list_objects_v2(Bucket=bucket, Prefix="sm/checkpoints/job1/r1_")
         ckpts = [o["Key"] for o in listed.get("Contents", [])]
         seen.append((orjson.loads(local.read_bytes().splitlines()[-1])["step"], ckpts))

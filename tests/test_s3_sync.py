@@ -21,6 +21,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from s3_fixtures import bucket, s3env, s3server  # noqa: E402,F401
+import machine_time  # noqa: E402
 
 from rlvr import s3  # noqa: E402
 from rlvr.s3 import MiB, S3Transfer  # noqa: E402
@@ -29,9 +30,9 @@ from rlvr.s3.client import is_transient  # noqa: E402
 CLI = [sys.executable, "-c", "from rlvr.commands.s3_sync import main; main()"]
 
 
-def cli(args, env, timeout=120, **kw):
-    return subprocess.run(CLI + [str(a) for a in args], env=env, capture_output=True, text=True,
-                          timeout=timeout, **kw)
+def cli(args, env, timeout=120, **kw):  # (the timeout in machine seconds: a hang guard)
+    return machine_time.run(CLI + [str(a) for a in args], env=env, capture_output=True, text=True,
+                            timeout=timeout, **kw)
 
 
 def records(stdout: str) -> list[dict]:
@@ -512,7 +513,8 @@ def test_watch_follows_changing_traces_and_exits_when_idle(s3env, bucket, tmp_pa
 def test_watch_lock_makes_an_overlapping_cron_run_exit_0(s3env, bucket, tmp_path):
     dest = tmp_path / "results"
     args = ["watch", "2026", "--src", f"s3://{bucket}/jobs/", "--dest", dest, "--interval", "0.2"]
-    first = subprocess.Popen(CLI + [str(a) for a in args + ["--idle-exit", "120"]], env=s3env.env(),
+    # (an idle exit far past the test's few seconds, on a busy machine too: the test ends it)
+    first = subprocess.Popen(CLI + [str(a) for a in args + ["--idle-exit", "900"]], env=s3env.env(),
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lock = dest / s3.WATCH_LOCK
     try:

@@ -27,6 +27,7 @@ import pytest
 
 from helpers import REPO, invoke
 from s3_fixtures import bucket, s3env, s3server  # noqa: F401 - fixtures
+import machine_time
 import s3server as _s3server
 
 from rlvr.cloud import joblog
@@ -547,14 +548,9 @@ def test_the_head_lends_ray_only_the_training_gpus(tmp_path, monkeypatch):
 # ----------------------------------------------------------------------------- the job's S3 layout
 
 def wait_for(what: str, cond, bound: float = 120.0):
-    """Wait until cond() is truthy; the bound only guards against a hang."""
-    deadline = time.monotonic() + bound
-    while True:
-        v = cond()
-        if v:
-            return v
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        time.sleep(0.1)
+    """Wait until cond() is truthy; the bound (machine seconds, tests/machine_time.py) only
+    guards against a hang."""
+    return machine_time.wait_for(cond, bound, f"waiting for {what}", poll=0.1)
 
 
 def s3_text(e, key: str) -> str | None:
@@ -656,13 +652,14 @@ def test_simulated_two_instance_sagemaker_job_end_to_end(s3env, bucket, tmp_path
     env = dict(s3env.env(), RLVR_OPT_ML=str(opt_ml), TRAINING_JOB_NAME=job, RLVR_JOB_S3=jobs,
                RLVR_RAY_PORT=str(port), PYTHONPATH=REPO, OMP_NUM_THREADS="1", RAY_USAGE_STATS_ENABLED="0",
                TOKENIZERS_PARALLELISM="false", PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"],
-               RAY_gcs_rpc_server_reconnect_timeout_s="5",  # a worker's raylet ends soon after the head
+               # a worker's raylet ends soon after the head (a busy machine's slow answers are not its end)
+               RAY_gcs_rpc_server_reconnect_timeout_s=str(round(machine_time.scaled(5))),
                RLVR_CACHE=str(opt_ml / "cache"))  # on each instance its own /opt/ml/cache
     if multi:
         env["RAY_AUTH_TOKEN"] = os.urandom(32).hex()  # as rlvr-submit sets it for several instances
     head = instance(opt_ml, opt_ml, "algo-1", hosts, hosts_file, env)
     worker = instance(opt_ml, algo2_ml, "algo-2", hosts, hosts_file, env) if multi else None
-    out = head.communicate(timeout=900)[0].decode(errors="replace")
+    out = machine_time.communicate(head, 900, "the head instance")[0].decode(errors="replace")
     assert head.returncode == 0, out[-3000:]
     assert not (opt_ml / "output" / "failure").exists()
     (run,) = os.listdir(opt_ml / "model")
@@ -672,7 +669,7 @@ def test_simulated_two_instance_sagemaker_job_end_to_end(s3env, bucket, tmp_path
     assert man["model"]["source"] == "s3" and eng["model"] == tr["model"] == man["base_model"]
     assert tr["model"].startswith(str(opt_ml / "cache"))
     if multi:
-        wout = worker.communicate(timeout=600)[0].decode(errors="replace")
+        wout = machine_time.communicate(worker, 600, "the worker instance")[0].decode(errors="replace")
         assert worker.returncode == 0 and "this host is done" in wout, wout[-3000:]
         assert "Ray cluster ready: 2 nodes" in out and "without token authentication" not in out + wout
         assert "the run folder is not shared with 1 other node(s)" in out  # found by the probe file

@@ -19,6 +19,7 @@ pytest.importorskip("vllm")
 from rlvr.engines.transfer import (GlooWeightTransferEngine, Rendezvous, Sender, TrainerWeights,  # noqa: E402
                                    plan_buckets)
 from rlvr.engines.weights import Checksum, checksum  # noqa: E402
+from machine_time import scaled  # noqa: E402
 
 
 def _port() -> int:
@@ -109,7 +110,7 @@ def test_gloo_protocol_names_order_tied_embeddings_and_bf16_bytes(tiny_hf):
 def test_a_sync_whose_sender_never_sends_times_out(tiny_hf):
     """Every sync is bounded: a receiver whose trainer never broadcasts fails after the
     group's timeout instead of waiting for ever."""
-    rdv = Rendezvous("gloo", "127.0.0.1", _port(), 2, timeout_s=3)
+    rdv = Rendezvous("gloo", "127.0.0.1", _port(), 2, timeout_s=scaled(3))  # (the group forms within it too)
     worker = _receiver(_Recorder())
     with ThreadPoolExecutor(1) as ex:
         fut = ex.submit(Sender, rdv, TrainerWeights(tiny_hf, torch.float32))
