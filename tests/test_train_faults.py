@@ -10,6 +10,7 @@ import time
 
 import orjson
 import pytest
+from machine_time import scaled
 
 from rlvr.runs import latest_checkpoint
 from test_train import SMALL, base_model, cfg_for, ray_session, run, trace  # noqa: F401 - fixtures
@@ -73,7 +74,9 @@ def test_engine_killed_mid_run_is_restarted(ray_session, base_model, tmp_path, m
 def test_hung_engine_is_detected_and_replaced(ray_session, base_model, tmp_path):
     import signal
 
-    cfg = cfg_for(base_model, "train.steps=2", "checkpoint.every=0", "sync.generate_timeout_s=10", *SMALL)
+    # the hang timer: a frozen engine passes it; a healthy one on a busy machine should not
+    cfg = cfg_for(base_model, "train.steps=2", "checkpoint.every=0", f"sync.generate_timeout_s={scaled(10):.0f}",
+                  *SMALL)
     stopped = []
 
     def freeze():
@@ -203,7 +206,7 @@ def test_two_engines_hung_at_once_are_both_restarted(ray_session, base_model, tm
     from rlvr.train import weight_sync
     from rlvr.train.fleet import EngineFleet
 
-    cfg = cfg_for(base_model, "train.steps=2", "checkpoint.every=0", "sync.generate_timeout_s=6",
+    cfg = cfg_for(base_model, "train.steps=2", "checkpoint.every=0", f"sync.generate_timeout_s={scaled(6):.0f}",
                   "rollout.num_engines=2", *SMALL)
     monkeypatch.setattr(weight_sync.ObjectStoreSync, "blocking", True)
     restore, restored = weight_sync.ObjectStoreSync.restore, []
