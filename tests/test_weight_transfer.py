@@ -199,3 +199,28 @@ def test_checksum_is_order_free_and_sees_one_changed_value():
     assert checksum(swapped) != base                                    # names count
     odd = [("b", torch.arange(7, dtype=torch.uint8))]                  # an odd byte count
     assert checksum(odd) == checksum([("b", torch.arange(7, dtype=torch.uint8))]) != 0
+
+
+def test_a_layer_that_failed_to_load_is_not_silenced_but_the_tied_head_is(caplog):
+    """vLLM warns "<Layer>: Failed to load weights" when an update left a layer's weights out.
+    During rlvr's loads only the tied output layer's warning (nothing to load by design) is
+    dropped; a layer of any other class still warns."""
+    import logging
+
+    from rlvr.engines.vllm_worker import _quiet_layerwise
+
+    name = "vllm.model_executor.model_loader.reload.layerwise"
+    log = logging.getLogger(name)
+    tied = SimpleNamespace(model_runner=SimpleNamespace(
+        model_config=SimpleNamespace(hf_text_config=SimpleNamespace(tie_word_embeddings=True))))
+    untied = SimpleNamespace(model_runner=SimpleNamespace(
+        model_config=SimpleNamespace(hf_text_config=SimpleNamespace(tie_word_embeddings=False))))
+    with caplog.at_level(logging.WARNING, logger=name):
+        with _quiet_layerwise(tied):
+            log.warning("%s: Failed to load weights", "ParallelLMHead")
+            log.warning("%s: Failed to load weights", "QKVParallelLinear")
+        with _quiet_layerwise(untied):
+            log.warning("%s: Failed to load weights", "ParallelLMHead")
+    layers = [r.args[0] for r in caplog.records if r.name == name]
+    assert layers == ["QKVParallelLinear", "ParallelLMHead"]
+    assert not log.filters   # removed after the load

@@ -33,17 +33,32 @@ def _iter_safetensors(path: str) -> Iterator[tuple[str, Any]]:
                 yield name, fh.get_tensor(name)
 
 
+class _TiedHeadOnly(logging.Filter):
+    """Drops vLLM's "Failed to load weights" warning for the one layer that has nothing to load
+    by design: the output layer of a model with tied embeddings (its weights are the input
+    embedding's, refreshed after the load). The same warning for any other layer, a weight
+    the update did not carry, goes through."""
+
+    def __init__(self, skipped: tuple[str, ...]):
+        super().__init__()
+        self.skipped = skipped
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.msg == "%s: Failed to load weights" and record.args
+                    and record.args[0] in self.skipped)
+
+
 @contextlib.contextmanager
-def _quiet_layerwise():
-    # vLLM warns "Failed to load weights" for layers that have none to load (rotary
-    # embeddings, the tied output layer, refreshed after each load): not worth a line per update.
+def _quiet_layerwise(worker=None):
     log = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
-    level = log.level
-    log.setLevel(logging.ERROR)
+    text_cfg = getattr(getattr(getattr(worker, "model_runner", None), "model_config", None), "hf_text_config", None)
+    tied = getattr(text_cfg, "tie_word_embeddings", False)
+    quiet = _TiedHeadOnly(("ParallelLMHead",) if tied else ())
+    log.addFilter(quiet)
     try:
         yield
     finally:
-        log.setLevel(level)
+        log.removeFilter(quiet)
 
 
 try:  # the gloo transport of rlvr.engines.transfer, known to this worker's vLLM factories
@@ -68,7 +83,7 @@ class WeightSync:
         else:
             raise ValueError("rlvr_load_weights needs a blob or a path")
         reload = getattr(self, "reload_weights", None) or self.model_runner.reload_weights
-        with _quiet_layerwise():
+        with _quiet_layerwise(self):
             reload(weights_iterator=weights, is_checkpoint_format=True)
         self._rlvr_refresh_tied_head()
         self._rlvr_version = version
@@ -100,7 +115,7 @@ class WeightSync:
     def rlvr_finish_weight_update(self, version: Any) -> Any:
         """End a broadcast update (vLLM's finish_weight_update: layerwise processing of what
         update_weights received), then the same tied-head refresh as after a load."""
-        with _quiet_layerwise():
+        with _quiet_layerwise(self):
             self.finish_weight_update()
         self._rlvr_refresh_tied_head()
         self._rlvr_version = version
