@@ -165,18 +165,23 @@ def test_rollout_records_and_verify(tok):
 
 
 def test_tiny_model_on_the_hf_engine(hf_engine):
-    """The real engine: a turn that stops at a closing marker (forced by a stop list that
-    includes a common token) resumes from the prompt plus what came before."""
-    tools = ToolSettings(markers=(("<code>", "</code>"),), max_turns=3)
-    sampling = Sampling(n=2, max_tokens=24, seed=0, temperature=1.0, logprobs=True)
+    """The real engine: markers a random model writes often ("a" ... "e": the code is noise,
+    a compile or runtime error) make turns stop at the closing marker, run the tool and
+    resume from the prompt plus what came before."""
+    tools = ToolSettings(markers=(("a", "e"),), max_turns=3, max_output_chars=20, timeout_s=1.0)
+    sampling = Sampling(n=4, max_tokens=128, seed=0, temperature=1.0, logprobs=True)
     [(_, res)] = list(tool_stream(hf_engine, [(0, enc(hf_engine.tokenizer, "Hello"), 3)], sampling, tools))
-    assert len(res.samples) == 2
+    assert len(res.samples) == 4
+    roles = [[t["role"] for t in s.turns] for s in res.samples]
+    assert any(("tool", "model") in set(zip(r, r[1:])) for r in roles), roles   # a turn after a tool turn
     for s in res.samples:
-        assert 0 < len(s.token_ids) <= 24 and len(s.logprobs) == len(s.token_ids)
+        assert 0 < len(s.token_ids) <= 128 and len(s.logprobs) == len(s.token_ids)
         spans = [t["tokens"] for t in s.turns]
         assert spans[0][0] == 0 and spans[-1][1] == len(s.token_ids)
         assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
         assert sum(loss_mask(s.turns, len(s.token_ids))) == sum(1 for x in s.logprobs if x is not None)
+        assert sum(t["role"] == "model" for t in s.turns) <= 3
+        assert all(t["status"] in ("compile", "error") for t in s.turns if t["role"] == "tool")
 
 
 def test_pipe_rollout_tools_into_verify(tiny_model_dir, tmp_path):
