@@ -41,6 +41,21 @@ MARKERS = {   # name -> (opening marker, closing marker)
     "markdown": ("```python", "```"),
     "code": ("<code>", "</code>"),
 }
+
+
+def parse_markers(value: str) -> tuple[tuple[str, str], ...]:
+    """--tool-markers / rollout.tool_markers: both (default), markdown, code, or one custom
+    pair written OPEN|CLOSE (e.g. "<python>|</python>")."""
+    if value == "both":
+        return tuple(MARKERS.values())
+    if value in MARKERS:
+        return (MARKERS[value],)
+    opening, sep, closing = value.partition("|")
+    if not sep or not opening or not closing:
+        raise ValueError(f"tool markers: expected both, {', '.join(MARKERS)} or OPEN|CLOSE, got {value!r}")
+    return ((opening, closing),)
+
+
 OUTPUT_TEMPLATE = "\n```output\n{output}\n```\n"
 STATUSES = ("ok", "error", "compile", "timeout", "cpu", "output_limit", "killed", "sandbox_error")
 
@@ -77,11 +92,17 @@ class ToolSettings:
     def closers(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(c for _, c in self.markers))
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "ToolSettings":
+        """The inverse of to_dict (how the settings travel to a rollout actor)."""
+        d = dict(d)
+        return cls(tools=tuple(d.pop("tools")), markers=tuple(tuple(m) for m in d.pop("markers")), **d)
+
     def to_dict(self) -> dict:
         """What generation.sampling.tools records (and a resume must match)."""
         return {"tools": list(self.tools), "markers": [list(m) for m in self.markers], "max_turns": self.max_turns,
                 "output_template": self.output_template, "max_output_chars": self.max_output_chars,
-                "timeout_s": self.timeout_s, "wall_s": self.wall_s, "memory_mb": self.memory_mb}
+                "timeout_s": self.timeout_s, "wall_s": self.wall_s, "memory_mb": self.memory_mb, "sandbox": self.sandbox}
 
 
 def find_code(text: str, markers: Iterable[tuple[str, str]]) -> str | None:

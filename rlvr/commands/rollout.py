@@ -121,7 +121,7 @@ def _seed(ctx: click.Context, param: click.Parameter, value: str) -> int | None:
 @click.option("--gpus", metavar="0,1,...", help="One engine process per GPU (groups of --tensor-parallel-size), merged in order.")
 @click.option("--tools", "tools", multiple=True, type=click.Choice(["python"]), help="Multi-turn rollouts: a closed code block runs in the sandbox and its output is appended as a tool turn (see docs/rollout.md).")
 @click.option("--max-turns", type=click.IntRange(min=1), default=4, show_default=True, help="With --tools: the most model turns per completion.")
-@click.option("--tool-markers", type=click.Choice(["both", "markdown", "code"]), default="both", show_default=True, help="With --tools: the code blocks that call the tool: ```python ... ``` (markdown), <code> ... </code> (code) or both.")
+@click.option("--tool-markers", default="both", show_default=True, metavar="both|markdown|code|OPEN|CLOSE", help="With --tools: the code blocks that call the tool: ```python ... ``` (markdown), <code> ... </code> (code), both, or a custom pair OPEN|CLOSE.")
 @click.option("--tool-output-chars", type=click.IntRange(min=1), default=2000, show_default=True, help="With --tools: the tool output the model sees is cut to this many characters.")
 @click.option("--tool-timeout", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True, help="With --tools: CPU seconds of one tool call (its wall clock: twice that).")
 @progress_option
@@ -138,11 +138,14 @@ def cmd(files, keep_going, model, engine, n, temperature, top_p, top_k, max_toke
         model = resolve_model(model, log=say).path
     tool_settings = None
     if tools:
-        from rlvr.tools import MARKERS, ToolSettings
+        from rlvr.tools import ToolSettings, parse_markers
 
-        markers = tuple(MARKERS.values()) if tool_markers == "both" else (MARKERS[tool_markers],)
-        tool_settings = ToolSettings(tools=tuple(dict.fromkeys(tools)), markers=markers, max_turns=max_turns,
-                                     max_output_chars=tool_output_chars, timeout_s=tool_timeout)
+        try:
+            tool_settings = ToolSettings(tools=tuple(dict.fromkeys(tools)), markers=parse_markers(tool_markers),
+                                         max_turns=max_turns, max_output_chars=tool_output_chars,
+                                         timeout_s=tool_timeout)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     mode, template_file = (chat_template, None) if chat_template in ("auto", "on", "off") else ("auto", chat_template)
     try:
         settings = RolloutSettings(
