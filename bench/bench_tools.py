@@ -32,15 +32,6 @@ ONE = "The answer is \\boxed{42}."
 TWO = ["Let me compute.\n```python\nprint(6*7)\n```", ONE]
 
 
-def _respond(turns: list[str]):
-    def respond(text: str) -> str:
-        done = text[len(PROMPT):]
-        k = done.count("```output\n")
-        tail = done[done.rindex("```output\n"):].split("\n```\n", 1)[1] if k else done
-        return turns[min(k, len(turns) - 1)][len(tail):]
-    return respond
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--samples", type=int, default=32)
@@ -48,7 +39,7 @@ def main() -> None:
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "bench", "tools.md"))
     args = ap.parse_args()
 
-    from fakes.scripted_engine import ScriptedEngine
+    from fakes.scripted_engine import ScriptedEngine, in_turns
 
     from rlvr.engines.base import Sampling, load_tokenizer
     from rlvr.sandbox import SandboxConfig, get_sandbox
@@ -76,7 +67,7 @@ def main() -> None:
 
     def stream(turns: list[str]):
         def go() -> None:
-            eng = ScriptedEngine(tok, _respond(turns))
+            eng = ScriptedEngine(tok, in_turns(turns, PROMPT))
             ids = tok.encode(PROMPT, add_special_tokens=False)
             [(_, res)] = list(tool_stream(eng, [(0, ids, 0)], Sampling(n=n, max_tokens=256), tools))
             assert len(res.samples) == n and len(res.samples[0].turns) == (3 if len(turns) > 1 else 1)

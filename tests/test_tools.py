@@ -11,7 +11,8 @@ import subprocess
 import sys
 
 import pytest
-from fakes.scripted_engine import ScriptedEngine
+from fakes.scripted_engine import ScriptedEngine, in_turns
+from test_train import SMALL, base_model, cfg_for, ray_session, run as train_run, trace  # noqa: F401 (fixtures)
 
 from rlvr.engines.base import Sampling, load_tokenizer
 from rlvr.records import RecordWriter
@@ -31,14 +32,7 @@ def tok(tiny_model_dir):
 
 
 def scripted(turns: list[str], prompt: str = PROMPT):
-    """respond(prompt text): the rest of the model turn that is due (turn k after k tool
-    outputs), given what of it the prompt already holds."""
-    def respond(text: str) -> str:
-        done = text[len(prompt):]
-        k = done.count("```output\n")
-        tail = done[done.rindex("```output\n"):].split("\n```\n", 1)[1] if k else done
-        return turns[min(k, len(turns) - 1)][len(tail):]
-    return respond
+    return in_turns(turns, prompt)
 
 
 def cli(name: str, *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
@@ -193,3 +187,33 @@ def test_pipe_rollout_tools_into_verify(tiny_model_dir, tmp_path):
     assert rec["generation"]["sampling"]["tools"]["tools"] == ["python"]
     assert len(rec["trajectories"]) == 1 and rec["trajectories"][0][0]["role"] == "model"
     assert len(rec["rewards"]) == 1
+
+
+def test_config_checks_tools(tiny_model_dir):
+    from rlvr.errors import ConfigError
+    from rlvr.train.config import check
+
+    with pytest.raises(ConfigError, match="sync.mode in_flight"):
+        check(cfg_for(tiny_model_dir, "rollout.tools=[python]", "sync.mode=in_flight"))
+    with pytest.raises(ConfigError, match="unknown tool"):
+        check(cfg_for(tiny_model_dir, "rollout.tools=[bash]"))
+    with pytest.raises(ConfigError, match="OPEN|CLOSE"):
+        check(cfg_for(tiny_model_dir, "rollout.tools=[python]", "rollout.tool_markers=nope"))
+
+
+def test_two_turn_tool_rollouts_in_a_tiny_training_run(ray_session, base_model, tmp_path):
+    """rlvr-train with rollout.tools on the hf engine, asynchronous (max_staleness 1): the tiny
+    model's random text calls the tool (markers "a" ... "e"); the rollouts record the turns,
+    and training runs on sequences whose tool tokens are masked out of the loss."""
+    cfg = cfg_for(base_model, "train.steps=2", "train.max_staleness=1", "checkpoint.every=0", *SMALL,
+                  "rollout.max_tokens=48", "rollout.tools=[python]", "rollout.tool_markers=a|e",
+                  "rollout.max_turns=2", "rollout.tool_output_chars=10", "rollout.tool_timeout=1")
+    train_run(cfg, tmp_path)
+    rows = trace(tmp_path)
+    assert len(rows) == 2 and all(r["loss/policy"] == r["loss/policy"] for r in rows)
+    recs = trace(tmp_path, "rollouts.jsonl")
+    trajs = [t for r in recs for t in r.get("trajectories") or []]
+    assert trajs and any(t[i]["role"] == "tool" for t in trajs for i in range(len(t)))
+    for r in recs:
+        for t, n in zip(r.get("trajectories") or [], r["completion_tokens"]):
+            assert t[-1]["tokens"][1] == n and sum(x["role"] == "model" for x in t) <= 2

@@ -3,6 +3,7 @@ of the prompt decides, cut at stop strings the way vLLM cuts it (the text stops 
 stop string, its tokens include it), so rollouts over it are exact.
 
     eng = ScriptedEngine(tokenizer, respond=lambda prompt_text: "...")
+    eng = ScriptedEngine(tokenizer, in_turns(["turn 1 with a code block", "turn 2"], prompt))
 """
 
 from __future__ import annotations
@@ -57,3 +58,14 @@ class ScriptedEngine(Engine):
 
     def close(self) -> None:
         pass
+
+
+def in_turns(turns: list[str], prompt: str):
+    """respond(prompt text) for tool rollouts: the rest of the model turn that is due (turn k
+    after k tool outputs in the default output template), given what of it the prompt holds."""
+    def respond(text: str) -> str:
+        done = text[len(prompt):]
+        k = done.count("```output\n")
+        tail = done[done.rindex("```output\n"):].split("\n```\n", 1)[1] if k else done
+        return turns[min(k, len(turns) - 1)][len(tail):]
+    return respond
