@@ -72,6 +72,9 @@ class RolloutSettings:
             raise ValueError(f"chat_template must be one of {', '.join(CHAT_MODES)}")
         if self.chat_template == "off" and (self.system is not None or self.template_file is not None):
             raise ValueError("a system prompt or chat template file needs the chat template (not --chat-template off)")
+        if self.tools is not None and self.gpus:
+            raise ValueError("--tools runs on one engine: --gpus (an engine pool) does not take tool turns yet; "
+                             "run one rlvr-rollout per GPU with --shard instead")
         if self.template_file is not None:
             from rlvr.data.templates import read_template, resolve_template
 
