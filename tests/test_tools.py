@@ -69,6 +69,8 @@ def test_find_code_and_cut():
         ToolSettings(tools=("bash",))
     with pytest.raises(ValueError, match="output"):
         ToolSettings(output_template="no placeholder")
+    with pytest.raises(ValueError, match="--gpus"):
+        RolloutSettings(model="m", tools=ToolSettings(), gpus=["0", "1"])
 
 
 def test_two_turn_trajectory_is_exact(tok):
@@ -158,13 +160,15 @@ def test_rollout_records_and_verify(tok):
     assert got[0]["rewards"] == [1.0, 1.0] and got[1]["rewards"] == [0.0, 0.0]
 
 
-def test_tiny_model_on_the_hf_engine(hf_engine):
-    """The real engine: markers a random model writes often ("a" ... "e": the code is noise,
-    a compile or runtime error) make turns stop at the closing marker, run the tool and
-    resume from the prompt plus what came before."""
+@pytest.mark.parametrize("engine", ["hf_engine", "vllm_engine"])
+def test_tiny_model_on_the_real_engines(engine, request):
+    """The real engines (hf, vLLM): markers a random model writes often ("a" ... "e": the code
+    is noise, a compile or runtime error) make turns stop at the closing marker, run the tool
+    and resume from the prompt plus what came before."""
+    eng = request.getfixturevalue(engine)
     tools = ToolSettings(markers=(("a", "e"),), max_turns=3, max_output_chars=20, timeout_s=1.0)
     sampling = Sampling(n=4, max_tokens=128, seed=0, temperature=1.0, logprobs=True)
-    [(_, res)] = list(tool_stream(hf_engine, [(0, enc(hf_engine.tokenizer, "Hello"), 3)], sampling, tools))
+    [(_, res)] = list(tool_stream(eng, [(0, enc(eng.tokenizer, "Hello"), 3)], sampling, tools))
     assert len(res.samples) == 4
     roles = [[t["role"] for t in s.turns] for s in res.samples]
     assert any(("tool", "model") in set(zip(r, r[1:])) for r in roles), roles   # a turn after a tool turn
@@ -206,14 +210,45 @@ def test_two_turn_tool_rollouts_in_a_tiny_training_run(ray_session, base_model, 
     model's random text calls the tool (markers "a" ... "e"); the rollouts record the turns,
     and training runs on sequences whose tool tokens are masked out of the loss."""
     cfg = cfg_for(base_model, "train.steps=2", "train.max_staleness=1", "checkpoint.every=0", *SMALL,
+                  "train.filter_zero_std=false", "train.mask_truncated=false",
                   "rollout.max_tokens=48", "rollout.tools=[python]", "rollout.tool_markers=a|e",
                   "rollout.max_turns=2", "rollout.tool_output_chars=10", "rollout.tool_timeout=1")
     train_run(cfg, tmp_path)
-    rows = trace(tmp_path)
-    assert len(rows) == 2 and all(r["loss/policy"] == r["loss/policy"] for r in rows)
+    rows = [r for r in trace(tmp_path) if "loss/policy" in r]
+    assert len(rows) == 2 and all(r["loss/policy"] == r["loss/policy"] for r in rows), trace(tmp_path)
     recs = trace(tmp_path, "rollouts.jsonl")
     trajs = [t for r in recs for t in r.get("trajectories") or []]
     assert trajs and any(t[i]["role"] == "tool" for t in trajs for i in range(len(t)))
     for r in recs:
         for t, n in zip(r.get("trajectories") or [], r["completion_tokens"]):
             assert t[-1]["tokens"][1] == n and sum(x["role"] == "model" for x in t) <= 2
+
+
+def test_trainer_masks_tool_tokens_out_of_the_loss(tiny_model_dir):
+    """Batch.token_mask (from the turns, as batch.assemble builds it) leaves tool tokens out:
+    the engine sends 0.0 as their log-prob (not sampled), which would count as a large
+    engine-vs-trainer difference, and their count leaves the token total."""
+    import torch
+
+    from rlvr.train.batch import Group, assemble
+    from rlvr.train.config import TrainerConfig
+    from rlvr.train.trainer import PolicyTrainer
+
+    t = PolicyTrainer(tiny_model_dir, TrainerConfig(lr=1e-2, micro_batch_size=2, dtype="float32", device="cpu"),
+                      max_tokens=8, total_steps=10)
+    p, comp = [5, 6, 7], [10, 11, 12, 13, 14]
+    with torch.no_grad():
+        lp, _, _ = t._logprobs(t.model, [p], [comp])
+    own = [float(x) for x in lp[0, :len(comp)]]
+    turns = [{"role": "model", "tokens": [0, 2]}, {"role": "tool", "tokens": [2, 4]}, {"role": "model", "tokens": [4, 5]}]
+    engine_lps = own[:2] + [0.0, 0.0] + own[4:]
+    samples = [{"token_ids": comp, "logprobs": engine_lps, "finish_reason": "stop", "turns": turns, "versions": []},
+               {"token_ids": comp, "logprobs": engine_lps, "finish_reason": "stop", "turns": turns, "versions": []}]
+    g = Group({"id": "a", "prompt": "q"}, 0, p, samples, 0, 0, verified={"rewards": [1.0, 0.0]})
+    a = assemble([g], 0, "group", False, False, max_tokens=8)
+    assert a.batch.token_mask == [[1, 1, 0, 0, 1]] * 2
+    m = t.step(a.batch)
+    assert m["logprob/engine_vs_trainer_abs_diff"] < 1e-4
+    unmasked = PolicyTrainer(tiny_model_dir, t.cfg, max_tokens=8, total_steps=10)
+    a.batch.token_mask = None
+    assert unmasked.step(a.batch)["logprob/engine_vs_trainer_abs_diff"] > 1.0

@@ -35,6 +35,8 @@ class Batch:
     extras: dict = field(default_factory=dict)   # loss name -> rlvr.train.extras.ExtraBatch (rlvr.losses)
     samples_per_batch: int | None = None    # the configured sequences per rollout batch (prompts x n):
                                             # dr_grpo's constant normaliser, whatever was filtered out
+    token_mask: list[list[int]] | None = None   # per completion token: 0 leaves it out of the loss (a tool
+                                                # turn's output in a multi-turn rollout, rlvr.tools)
 
 
 def merge_metrics(per_rank: list[dict]) -> dict[str, float]:
@@ -192,7 +194,8 @@ def step(tr, batch: Batch) -> dict[str, float]:
     dr_seqs = batch.samples_per_batch / max(1, tr.cfg.mini_batches) if batch.samples_per_batch else None
     for u, mini in enumerate(updates):
         tr.opt.zero_grad(set_to_none=True)
-        tokens_total = float(sum(len(batch.completion_ids[i]) for i in mini))
+        tokens_total = float(sum(len(batch.completion_ids[i]) if batch.token_mask is None else sum(batch.token_mask[i])
+                                 for i in mini))
         plan = rank_plan([sh[u % len(minis)] for sh in shares], batch, tr.cfg, tr.rank)
         # every backward of this update (RL, then the extra losses'): FSDP reduces at the last only
         tr._backwards_left = len(plan) + extra_losses.micro_batch_count(extras, u % len(minis), len(minis),
@@ -205,6 +208,8 @@ def step(tr, batch: Batch) -> dict[str, float]:
                 padded_tokens += real if tr.cfg.packing else len(part) * (
                     max(len(batch.prompt_ids[i]) for i in part) + max(len(batch.completion_ids[i]) for i in part))
             logp, ent, mask = tr._forward(tr.model, part, batch, with_entropy=True)
+            if batch.token_mask is not None and part:   # tool-output tokens: no loss
+                mask = mask * stack([batch.token_mask[i] for i in part], mask)
             old_t = stack([old[i] for i in part], logp) if old else logp.detach()
             beh = None
             if batch.behaviour_logprobs is not None and part:
