@@ -120,14 +120,14 @@ class EngineActor:
     def _generate(self, prompt_ids, per, seeds, base, tools: dict | None = None) -> tuple[dict, dict, int]:
         """One call at a time (between_rounds): the whole call generates with one version.
         tools (rlvr.tools.ToolSettings as a dict): multi-turn samples with tool turns."""
+        from rlvr.tools import ToolSettings, tool_stream
+
         v0 = self.version
         results: dict[int, object] = {}
         errors: dict[int, str] = {}
         try:
             requests = ((i, p, s, sp) for i, (p, s, sp) in enumerate(zip(prompt_ids, seeds, per)))
             if tools is not None:
-                from rlvr.tools import ToolSettings, tool_stream
-
                 stream = tool_stream(self.engine, requests, base, ToolSettings.from_dict(tools))
             else:
                 stream = self.engine.stream(requests, base)
@@ -139,6 +139,10 @@ class EngineActor:
                 if i in results:
                     continue
                 try:
+                    if tools is not None:   # alone, with its tool turns as well
+                        [(_, results[i])] = list(tool_stream(self.engine, [(i, prompt_ids[i], seeds[i], per[i])],
+                                                             per[i], ToolSettings.from_dict(tools)))
+                        continue
                     results[i] = self.engine.generate([prompt_ids[i]], per[i], seeds=[seeds[i]])[0]
                 except Exception as e:  # noqa: BLE001
                     self._check_alive()
