@@ -7,7 +7,7 @@ import os
 import re
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ORDER = ["math", "code", "ifeval", "judge", "eval", "eval_parity", "rollout", "seeds", "startup", "train", "sync", "staleness",
+ORDER = ["math", "code", "ifeval", "judge", "tools", "eval", "eval_parity", "rollout", "seeds", "startup", "train", "sync", "staleness",
          "inflight", "inflight_costs", "packing", "packing_gpu", "val", "distill", "memory", "report", "s3", "gpu",
          "gpucheck"]
 
@@ -50,6 +50,8 @@ def measured() -> dict[str, str]:
         "judge": _find(r"\| bare HTTP requests[^|]*\| [\d.]+ s \| ([\d.]+ ms) \|.*?-j 2, cache empty \| [\d.]+ s \| "
                        r"([\d.]+ ms) \|.*?-j 2, cache filled \| [\d.]+ s \| ([\d.]+ ms) \|", _read("judge"),
                        "{1} per sample with -j 2 against the server's own {0}; {2} from the cache"),
+        "tools": _find(r"One tool turn costs rlvr ([\d.]+ ms) per sample.*?the sandboxed call is ([\d.]+ ms)",
+                       _read("tools"), "{0} per sample, {1} of it the sandboxed call"),
         "packing": _find(r"Packed: ([\d.]+)x the tokens/s of the default padded path and ([\d.]+)x the sorted",
                          _read("packing"), "{0}x the default padded path, {1}x the sorted token-budget path"),
     }
@@ -91,6 +93,8 @@ def main() -> None:
              f"{got['inflight_verdict']} |",
              f"| LLM judge call per sample (rlvr-verify --judge, local vllm serve) | cost measured | see LLM judge "
              f"({got['judge']}) |",
+             f"| a tool turn per sample (rlvr-rollout --tools python) | cost measured | see Tool rollouts "
+             f"({got['tools']}) |",
              f"| packed micro-batches, length mix | >= 1.3x padded trainer tokens/s | see Padding-free micro-batches "
              f"({got['packing']}) |",
              ""]

@@ -12,8 +12,9 @@ What a generated record gains (documented in docs/rollout.md):
 engine, engine_version, sampling (n, temperature, top_p, top_k, max_tokens, stop, seed,
 logprobs, chat_template, when set system, thinking, chat_template_file and its sha256,
 max_prompt_len), prompt_seed, status ("ok" or
-"prompt_too_long", with ``error`` saying why). Old ``rewards``/``verdicts`` are dropped
-(they belonged to other completions). Error records (--keep-going) pass through untouched.
+"prompt_too_long", with ``error`` saying why). With tools (rlvr.tools) each completion is
+a whole trajectory (model and tool turns) and ``trajectories`` gives its turns. Old
+``rewards``/``verdicts``/``trajectories`` are dropped (they belonged to other completions). Error records (--keep-going) pass through untouched.
 A record's ``thinking`` (true/false: the template's enable_thinking) and ``chat_template``
 (a template file) apply to its prompt; the settings' system, thinking and template file
 apply to every record and are written into each (``thinking``, ``chat_template``).
@@ -64,12 +65,16 @@ class RolloutSettings:
     system: str | None = None          # a system message first in every prompt (strings become chat)
     thinking: bool | None = None       # enable_thinking for every prompt (None: each record's `thinking`)
     template_file: str | None = None   # a chat template file replacing the tokenizer's (and the records')
+    tools: Any = None                  # rlvr.tools.ToolSettings: multi-turn rollouts with a Python tool
 
     def __post_init__(self) -> None:
         if self.chat_template not in CHAT_MODES:
             raise ValueError(f"chat_template must be one of {', '.join(CHAT_MODES)}")
         if self.chat_template == "off" and (self.system is not None or self.template_file is not None):
             raise ValueError("a system prompt or chat template file needs the chat template (not --chat-template off)")
+        if self.tools is not None and self.gpus:
+            raise ValueError("--tools runs on one engine: --gpus (an engine pool) does not take tool turns yet; "
+                             "run one rlvr-rollout per GPU with --shard instead")
         if self.template_file is not None:
             from rlvr.data.templates import read_template, resolve_template
 
@@ -300,6 +305,8 @@ def sampling_meta(settings: RolloutSettings, limit: int | None = None) -> dict:
         s["chat_template_sha256"] = template_sha256(settings.template_file)
     if limit is not None:
         s["max_prompt_len"] = limit
+    if settings.tools is not None:
+        s["tools"] = settings.tools.to_dict()
     return s
 
 
@@ -314,7 +321,7 @@ def _chat_fields(out: dict, meta: dict) -> dict:
 
 
 def annotate(rec: dict, res: Result, meta: dict, seed: int | None, want_ids: bool) -> dict:
-    out = _chat_fields({k: v for k, v in rec.items() if k not in ("rewards", "verdicts")}, meta)
+    out = _chat_fields({k: v for k, v in rec.items() if k not in ("rewards", "verdicts", "trajectories")}, meta)
     samples = res.samples
     out["completions"] = [s.text for s in samples]
     out["finish_reasons"] = [s.finish_reason for s in samples]
@@ -324,6 +331,8 @@ def annotate(rec: dict, res: Result, meta: dict, seed: int | None, want_ids: boo
         out["logprobs"] = [s.logprobs for s in samples]
     if want_ids:
         out["completion_token_ids"] = [s.token_ids for s in samples]
+    if any(s.turns is not None for s in samples):
+        out["trajectories"] = [s.turns or [] for s in samples]
     gen = dict(meta)
     gen["prompt_seed"] = seed
     if res.version is not None:
@@ -335,14 +344,14 @@ def annotate(rec: dict, res: Result, meta: dict, seed: int | None, want_ids: boo
 
 def unusable(rec: dict, meta: dict, status: str, error: str) -> dict:
     """A record that cannot be generated for keeps its place, with a status saying why."""
-    out = _chat_fields({k: v for k, v in rec.items() if k not in ("rewards", "verdicts")}, meta)
+    out = _chat_fields({k: v for k, v in rec.items() if k not in ("rewards", "verdicts", "trajectories")}, meta)
     out.update(completions=[], finish_reasons=[], prompt_tokens=0, completion_tokens=[])
     out["generation"] = dict(meta, prompt_seed=None, status=status, error=error)
     return out
 
 
 def too_long(rec: dict, n_tokens: int, limit: int, meta: dict, why: str) -> dict:
-    out = _chat_fields({k: v for k, v in rec.items() if k not in ("rewards", "verdicts")}, meta)
+    out = _chat_fields({k: v for k, v in rec.items() if k not in ("rewards", "verdicts", "trajectories")}, meta)
     out.update(completions=[], finish_reasons=[], prompt_tokens=n_tokens, completion_tokens=[])
     gen = dict(meta)
     gen["prompt_seed"] = None
@@ -444,7 +453,13 @@ def run(records: list[dict], settings: RolloutSettings, writer: RecordWriter, *,
                 writer.write(ready.pop(nxt))
                 nxt += 1
 
-        for pos, res in engine.stream(requests(), sampling):
+        if settings.tools is not None:
+            from rlvr.tools import tool_stream
+
+            results = tool_stream(engine, requests(), sampling, settings.tools)
+        else:
+            results = engine.stream(requests(), sampling)
+        for pos, res in results:
             ready[pos] = annotate(records[pos], res, meta, seeds.pop(pos, None), want_ids)
             stats.generated += 1
             stats.prompt_tokens += res.prompt_tokens

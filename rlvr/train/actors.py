@@ -105,25 +105,33 @@ class EngineActor:
         if self.server is not None:
             results, errors, v0 = self.server.generate(prompt_ids, per, seeds, min_version)
         else:
-            results, errors, v0 = self._generate(prompt_ids, per, seeds, base)
+            results, errors, v0 = self._generate(prompt_ids, per, seeds, base, tools=sampling.get("tools"))
         first = 0 if v0 is None else v0
         outs = [[{"text": x.text, "token_ids": list(x.token_ids), "finish_reason": x.finish_reason,
-                  "stop_reason": x.stop_reason, "logprobs": list(x.logprobs or []),
-                  "versions": [[0 if v is None else v, c] for v, c in (x.versions or [])]}
+                  "stop_reason": x.stop_reason, "logprobs": [0.0 if v is None else v for v in x.logprobs or []],
+                  "versions": [[0 if v is None else v, c] for v, c in (x.versions or [])],
+                  **({"turns": x.turns} if x.turns is not None else {})}   # tool rollouts (rlvr.tools)
                  for x in results[i].samples]
                 if i in results else [] for i in range(len(prompt_ids))]
         dt = time.monotonic() - t0
         self.busy_s += dt
         return {"samples": outs, "errors": errors, "version_start": first, "version_end": self.version, "seconds": dt}
 
-    def _generate(self, prompt_ids, per, seeds, base) -> tuple[dict, dict, int]:
-        """One call at a time (between_rounds): the whole call generates with one version."""
+    def _generate(self, prompt_ids, per, seeds, base, tools: dict | None = None) -> tuple[dict, dict, int]:
+        """One call at a time (between_rounds): the whole call generates with one version.
+        tools (rlvr.tools.ToolSettings as a dict): multi-turn samples with tool turns."""
+        from rlvr.tools import ToolSettings, tool_stream
+
         v0 = self.version
         results: dict[int, object] = {}
         errors: dict[int, str] = {}
         try:
             requests = ((i, p, s, sp) for i, (p, s, sp) in enumerate(zip(prompt_ids, seeds, per)))
-            for i, res in self.engine.stream(requests, base):
+            if tools is not None:
+                stream = tool_stream(self.engine, requests, base, ToolSettings.from_dict(tools))
+            else:
+                stream = self.engine.stream(requests, base)
+            for i, res in stream:
                 results[i] = res
         except Exception:  # noqa: BLE001 - one request or the engine? ask each request alone
             self._check_alive()
@@ -131,6 +139,10 @@ class EngineActor:
                 if i in results:
                     continue
                 try:
+                    if tools is not None:   # alone, with its tool turns as well
+                        [(_, results[i])] = list(tool_stream(self.engine, [(i, prompt_ids[i], seeds[i], per[i])],
+                                                             per[i], ToolSettings.from_dict(tools)))
+                        continue
                     results[i] = self.engine.generate([prompt_ids[i]], per[i], seeds=[seeds[i]])[0]
                 except Exception as e:  # noqa: BLE001
                     self._check_alive()

@@ -145,5 +145,9 @@ def assemble(groups: list[Group], step: int, scale_rewards: str, filter_zero_std
                 keep = False
             b.loss_mask.append(keep)
             stale.append(step - g.version_start)
+    if any(s.get("turns") for g in groups for s in g.samples):   # tool rollouts: tool tokens train nothing
+        from rlvr.tools import loss_mask
+
+        b.token_mask = [loss_mask(s.get("turns") or [], len(s["token_ids"])) for g in groups for s in g.samples]
     lags = token_lags([s for g in groups for s in g.samples], step)
     return Assembled(b, rewards, zero_std, lengths, truncated, stale, [p for ps in penalties for p in ps], lags)

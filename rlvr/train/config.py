@@ -162,6 +162,7 @@ def check(cfg: TrainConfig) -> list[str]:
         raise ConfigError(f"rollout.max_num_seqs: must be >= 1 (or null), got {r.max_num_seqs}")
     if r.n < 1 or r.prompts_per_step < 1 or t.steps < 0 or t.max_staleness < 0:
         raise ConfigError("rollout.n and rollout.prompts_per_step must be >= 1; train.steps and train.max_staleness >= 0")
+    _check_tools(cfg)
     if (cfg.data.dataset is None) == (cfg.data.mix is None) and not cfg.sft.only:  # sft.only reads no RL data
         raise ConfigError("data: set exactly one of dataset and mix")
     ck = cfg.checkpoint
@@ -233,6 +234,20 @@ def check(cfg: TrainConfig) -> list[str]:
                         "with one update per batch (train.mini_batches 1, train.epochs 1) the PPO ratio is always 1; "
                         "set train.mini_batches > 1 for the clip to bound the policy's change")
     return warnings
+
+
+def _check_tools(cfg: TrainConfig) -> None:
+    """rollout.tools (multi-turn rollouts, rlvr.tools): valid settings, and a sync mode that runs them."""
+    from rlvr.errors import ConfigError
+    from rlvr.train.config_rollout import tool_settings
+
+    try:
+        tools = tool_settings(cfg.rollout)
+    except ValueError as e:
+        raise ConfigError(f"rollout.tools: {e}") from None
+    if tools is not None and cfg.sync.mode == "in_flight":
+        raise ConfigError("rollout.tools does not run with sync.mode in_flight (a tool turn would resume in the "
+                          "engine's in-flight stream, which does not run tools yet): use sync.mode sync or async")
 
 
 def _check_modes(cfg: TrainConfig) -> list[str]:

@@ -120,6 +120,18 @@ class RolloutConfig:
     (also the reference of its overlong punishment); a record's own `max_tokens` counts the same way.
     A key may name one kind of rows of a mixed dataset, as its records' `dataset` does:
     {allenai/gsm8k: 512, allenai/math: 1024} (the dataset's own key holds for its other kinds)."""
+    tools: list[str] = field(default_factory=list)
+    """[python]: multi-turn rollouts (rlvr.tools, docs/rollout.md): a closed code block runs in the code verifier's
+    sandbox and its output is appended as a tool turn, masked out of the loss; max_tokens counts all turns."""
+    max_turns: int = 4
+    """With tools: the most model turns per sample."""
+    tool_markers: str = "both"
+    """With tools: the blocks that call the tool: markdown (```python ... ```), code (<code> ... </code>), both, or
+    one custom pair written OPEN|CLOSE (e.g. "<python>|</python>")."""
+    tool_output_chars: int = 2000
+    """With tools: the tool output the model sees is cut to this many characters."""
+    tool_timeout: float = 5.0
+    """With tools: CPU seconds of one tool call (its wall clock: twice that)."""
 
 
 @dataclass
@@ -249,3 +261,13 @@ class TeacherConfig:
     engine_num_cpus: float = 1.0
     engine_num_gpus: float = 1.0
     engine_resources: dict[str, float] = field(default_factory=dict)
+
+
+def tool_settings(r: RolloutConfig):
+    """The rollout's rlvr.tools.ToolSettings, None without tools (ValueError on bad values)."""
+    if not r.tools:
+        return None
+    from rlvr.tools import ToolSettings, parse_markers
+
+    return ToolSettings(tools=tuple(r.tools), markers=parse_markers(r.tool_markers), max_turns=r.max_turns,
+                        max_output_chars=r.tool_output_chars, timeout_s=r.tool_timeout)

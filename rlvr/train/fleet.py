@@ -25,6 +25,7 @@ from rlvr.errors import ConfigError, Failure
 from rlvr.messages import say
 from rlvr.train.batch import Group
 from rlvr.train.cluster import actor_env, asks
+from rlvr.train.config_rollout import tool_settings
 from rlvr.train.metrics import unusable_record
 from rlvr.train.prompts import Chunk, prompt_max_tokens, prompt_stops, prompt_token_ids
 from rlvr.train.schedule import Round
@@ -153,8 +154,12 @@ class EngineFleet:
 
     def sampling(self) -> dict:
         r = self.cfg.rollout
-        return {"n": r.n, "temperature": r.temperature, "top_p": r.top_p, "top_k": r.top_k,
-                "max_tokens": r.max_tokens, "stop": list(r.stop)}
+        out = {"n": r.n, "temperature": r.temperature, "top_p": r.top_p, "top_k": r.top_k,
+               "max_tokens": r.max_tokens, "stop": list(r.stop)}
+        tools = tool_settings(r)
+        if tools is not None:   # multi-turn rollouts with tool turns (rlvr.tools)
+            out["tools"] = tools.to_dict()
+        return out
 
     def launch(self, rnd: Round) -> None:
         """Send a round's prompts to the engines (prompt i to engine i mod E); prompts too long

@@ -147,6 +147,8 @@ def rollout_record(g, version: int) -> dict:
                 "completion_tokens": [len(s["token_ids"]) for s in g.samples],
                 # per completion, the policy versions of its tokens, run-length: [[version, count], ...]
                 "token_versions": [s.get("versions") or [] for s in g.samples]})
+    if any(s.get("turns") for s in g.samples):   # tool rollouts (rlvr.tools): each completion's turns
+        out["trajectories"] = [s.get("turns") or [] for s in g.samples]
     return out
 
 

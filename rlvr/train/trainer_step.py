@@ -36,6 +36,8 @@ class Batch:
     samples_per_batch: int | None = None    # the configured sequences per rollout batch (prompts x n):
                                             # dr_grpo's constant normaliser, whatever was filtered out
     datasets: list[str] | None = None       # each sequence's dataset: the trace's entropy/dataset/<name>
+    token_mask: list[list[int]] | None = None   # per completion token: 0 leaves it out of the loss (a tool
+                                                # turn's output in a multi-turn rollout, rlvr.tools)
 
 
 PRIVATE = ("_tokens", "_diff_sum", "_diff_n", "_real", "_padded", "_seqs")
@@ -207,7 +209,8 @@ def step(tr, batch: Batch) -> dict[str, float]:
     dr_seqs = batch.samples_per_batch / max(1, tr.cfg.mini_batches) if batch.samples_per_batch else None
     for u, mini in enumerate(updates):
         tr.opt.zero_grad(set_to_none=True)
-        tokens_total = float(sum(len(batch.completion_ids[i]) for i in mini))
+        tokens_total = float(sum(len(batch.completion_ids[i]) if batch.token_mask is None else sum(batch.token_mask[i])
+                                 for i in mini))
         plan = rank_plan([sh[u % len(minis)] for sh in shares], batch, tr.cfg, tr.rank)
         # every backward of this update (RL, then the extra losses'): FSDP reduces at the last only
         tr._backwards_left = len(plan) + extra_losses.micro_batch_count(extras, u % len(minis), len(minis),
@@ -222,6 +225,8 @@ def step(tr, batch: Batch) -> dict[str, float]:
             # "stats": the entropy with its graph (the entropy bonus) and the top-1 probability, [n, L, 2]
             logp, stats, mask = tr._forward(tr.model, part, batch, with_entropy="stats")
             ent, top1 = stats[..., 0], stats[..., 1]
+            if batch.token_mask is not None and part:   # tool-output tokens: no loss
+                mask = mask * stack([batch.token_mask[i] for i in part], mask)
             if batch.datasets is not None and u < len(minis):
                 for j, i in enumerate(part):
                     name = str(batch.datasets[i])
