@@ -39,3 +39,26 @@ def test_sync_config_is_checked():
     for bad in (["sync.method=tcp"], ["sync.bucket_mb=0"], ["sync.method=nccl", "rollout.engine=hf"]):
         with pytest.raises(ConfigError, match="sync"):
             check(load_config(TrainConfig, TINY, bad))
+
+
+def test_the_first_step_stops_a_run_whose_engines_do_not_sample_from_the_trainers_weights():
+    """sync.max_logprob_diff: the mean |engine - trainer| log-prob of step 1 far above bf16
+    noise ends the run with the figure; at the noise, with the check off, or where the two are
+    known to differ (raw log-probs at a temperature), it goes on."""
+    from types import SimpleNamespace
+
+    from rlvr.errors import Failure
+    from rlvr.train.engine_sync import check_agreement
+
+    def cfg(limit=0.5, logprobs="processed", temperature=1.0):
+        return SimpleNamespace(sync=SimpleNamespace(max_logprob_diff=limit),
+                               rollout=SimpleNamespace(logprobs=logprobs, temperature=temperature))
+
+    key = "logprob/engine_vs_trainer_abs_diff"
+    check_agreement(cfg(), {key: 0.03}, 0)
+    with pytest.raises(Failure, match=r"step 1: the engines' log-probs .* differ from the trainer's by 2\.4"):
+        check_agreement(cfg(), {key: 2.4}, 0)
+    check_agreement(cfg(limit=None), {key: 2.4}, 0)
+    check_agreement(cfg(logprobs="raw", temperature=0.6), {key: 2.4}, 0)
+    check_agreement(cfg(), {key: float("nan")}, 0)   # no engine log-probs (e.g. SFT sequences only)
+    check_agreement(cfg(), {}, 0)

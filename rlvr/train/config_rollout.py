@@ -202,6 +202,10 @@ class SyncConfig:
     every_steps: int = 1
     """Send the weights to the engines after every k-th step only (the engines hold version v - v mod k),
     and after a validated step; needs train.max_staleness >= k - 1."""
+    max_logprob_diff: float | None = 0.5
+    """The run's first step fails when the mean |engine - trainer| log-prob of the same tokens is above this
+    (bf16 noise is about 0.01-0.05, float32 below 0.001): the engines are not sampling from the trainer's weights
+    (a loading or sync defect, or a sampling setting the trainer does not share). null: no check."""
 
 
 @dataclass

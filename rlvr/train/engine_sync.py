@@ -88,3 +88,21 @@ class EngineSync:
                 self.trainers.alive(f"the weight sync to version {step}")
                 self.fleet.restart_engine(e, f"failed a weight update ({type(ex).__name__})")
         self.fleet.pending_syncs = {}
+
+
+def check_agreement(cfg, metrics: dict, step: int) -> None:
+    """The first step of a run (or of a resumed one): the engines' log-probs of the sampled tokens
+    must agree with the trainer's within sync.max_logprob_diff, or the run stops here with the
+    figure, instead of training on an importance ratio that measures a defect. Not checked
+    where the two are known to differ (rollout.logprobs raw at a temperature other than 1)."""
+    limit = cfg.sync.max_logprob_diff
+    diff = metrics.get("logprob/engine_vs_trainer_abs_diff")
+    r = cfg.rollout
+    if limit is None or diff is None or diff != diff or (r.logprobs == "raw" and r.temperature not in (0.0, 1.0)):
+        return
+    if diff > limit:
+        raise Failure(f"step {step + 1}: the engines' log-probs of the sampled tokens differ from the trainer's by "
+                      f"{diff:.3g} on average (sync.max_logprob_diff {limit:g}; bf16 noise is about 0.01-0.05): the "
+                      "engines are not sampling from the trainer's weights (a weight loading or sync defect, or a "
+                      "sampling setting the trainer does not share); `make gpu-check` measures the agreement, "
+                      "sync.max_logprob_diff: null turns this check off")

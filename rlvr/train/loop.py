@@ -29,7 +29,7 @@ from rlvr.runs import init_run_dir, latest_checkpoint, truncate_traces, update_m
 from rlvr.train.batch import Filled, Group, assemble, fill, verify
 from rlvr.train.cluster import Cluster
 from rlvr.train.config import TrainConfig, resolve_preset
-from rlvr.train.engine_sync import EngineSync
+from rlvr.train.engine_sync import EngineSync, check_agreement
 from rlvr.train.fleet import EngineFleet
 from rlvr.train.metrics import Faults, StepTimes, step_metrics
 from rlvr.train.prompts import Chunk, prompt_max_tokens, prompt_stops, prompt_token_ids  # noqa: F401 - their home
@@ -228,6 +228,8 @@ def rl_steps(run: Run, rec: Recorder, pool) -> dict:
         t0 = time.monotonic()
         m = run.trainers.step(a.batch, step)
         times.train = time.monotonic() - t0
+        if step == run.start_step:
+            check_agreement(cfg, m, step)   # the engines sample from the trainer's weights
         version = run.trainers.version = step + 1
         schedule.trained(rounds)
         # sync.every_steps k: the engines skip k - 1 versions, never one a mode needs (a validated one)
