@@ -181,7 +181,7 @@ def test_engines_hung_at_once_are_restarted_together_and_the_group_rebuilt_once(
     fleet.faults, fleet.others = Faults(), list
     fleet.synced_version, fleet.trainers = 3, SimpleNamespace(version=4)
     fleet.outstanding = {Chunk(e, f"r{e}", [], 0.0, old[e]) for e in range(4)}
-    fleet.new_engine = lambda base: Actor()
+    fleet.new_engine = lambda base, index: Actor()
     fleet.base = "base"
     fleet.cluster = SimpleNamespace(startup=lambda refs, what, labels: [{"node": "n"} for _ in refs])
     fleet.weight_sync = SimpleNamespace(blocking=True,
