@@ -149,7 +149,7 @@ def test_stacks_prints_the_report_of_a_running_watchdog(tmp_path):
 
     log = spans.SpanLog(str(tmp_path))
     log.add("engine-0", {"spans": [], "open": [{"actor": "engine-0", "kind": "generate", "start": 1.0, "step": 3}]})
-    dog = Watchdog(str(tmp_path), 600, log, stacks=lambda: {"engine-0": "Thread 1: generate"}).start()
+    dog = Watchdog(str(tmp_path), 600, log, stacks=lambda: {"engine-0": "Thread 1: generate"}, interval_s=0.2).start()
     try:
         r = invoke("rlvr-train", ["--stacks", str(tmp_path)])
     finally:

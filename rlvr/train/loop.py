@@ -16,8 +16,8 @@ rlvr.train.schedule (which prompts go to the engines, and when: staleness), rlvr
 writes). rlvr.train.observe's RunObserver (made once the actors are up) writes the spans of
 every actor and of the driver (a `step` span around each step, a `verify` span per pool
 batch), answers the stall watchdog, and adds each step's figures (memory, engines, MFU and
-tokens/s, queue times, sample fates). The training modes beside RL (SFT, distillation, validation) plug in through
-rlvr.train.modes; the code here never names one.
+tokens/s, queue times, sample fates). The training modes beside RL (SFT, distillation,
+validation) plug in through rlvr.train.modes; the code here never names one.
 """
 
 from __future__ import annotations
