@@ -75,6 +75,8 @@ BRANCHES = [
      "tests/test_cuda_branches.py::test_run_manifest_names_the_cuda_devices"),
     ("rlvr/train/figures.py", "memory", "a CUDA device: torch's peak allocated/reserved, then the peaks reset",
      "tests/test_cuda_branches.py::test_peak_memory_on_cuda_reads_and_resets_torchs_peaks"),
+    ("rlvr/train/recorder.py", "Throughput.__init__", "GPU clusters: the peak FLOP/s of the driver's GPU, by name, for MFU",
+     "tests/test_cuda_branches.py::test_mfu_takes_the_peak_of_the_gpu_by_name"),
 ]
 
 _WORD = re.compile(r"\b(cuda|nccl)\b")
@@ -432,3 +434,24 @@ def test_peak_memory_on_cuda_reads_and_resets_torchs_peaks(monkeypatch):
     assert rec.events == ["max_memory_allocated", "max_memory_reserved", "reset_peak_memory_stats"]
     rec.events.clear()
     assert set(memory("cpu")) == {"rss_gb"} and rec.events == []
+
+
+def test_mfu_takes_the_peak_of_the_gpu_by_name(monkeypatch, tmp_path):
+    """On a GPU cluster the step's MFU divides by the named GPU's peak (an H100: 989 TFLOP/s);
+    without GPUs (or an unknown one) there is no MFU, tokens/s only."""
+    import json
+
+    from rlvr.train.figures import Shape, flops_per_token
+    from rlvr.train.recorder import Throughput
+
+    (tmp_path / "config.json").write_text(json.dumps({
+        "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "intermediate_size": 128, "vocab_size": 1000}))
+    batch = SimpleNamespace(prompt_ids=[[1] * 6, [1] * 6], completion_ids=[[2] * 10, []], loss_mask=[True, True])
+    a, times = SimpleNamespace(batch=batch), SimpleNamespace(train=2.0, engine_busy=0.0)
+    CudaRecorder(name="NVIDIA H100 80GB HBM3").install(monkeypatch, available=True)
+    m = Throughput(str(tmp_path), 1, 1, gpus=True).metrics(a, [], times)
+    f = flops_per_token(Shape.from_model_dir(str(tmp_path)), 16 / 2, True)
+    assert m["throughput/trainer_tokens_per_s"] == 8.0                 # 16 tokens (the empty completion: none)
+    assert m["mfu/trainer"] == 8.0 * f / 989e12
+    assert "mfu/trainer" not in Throughput(str(tmp_path), 1, 1, gpus=False).metrics(a, [], times)

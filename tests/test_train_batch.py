@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rlvr.config_loader import load_config
-from rlvr.train.batch import Group, assemble, fill, overlong_penalty
+from rlvr.train.batch import Filled, Group, assemble, fill, overlong_penalty, sample_fates
 from rlvr.train.config import TrainConfig, resolve_preset
 from rlvr.train.placement import ray_gpu_args
 from rlvr.train.schedule import Schedule
@@ -59,6 +59,28 @@ def test_dynamic_sampling_stops_at_the_cap_and_at_the_end_of_data():
     f = fill([group(0, [0.0] * N)], 4, lambda: None, max_extra_rounds=0)
     assert f.rounds == 1 and f.groups == []
     assert len(assemble(f.groups, 0, "group", True, False, max_tokens=16).batch.prompt_ids) == 0
+
+
+def test_every_sample_generated_gets_its_fate_per_policy_version():
+    """Dynamic sampling's left-out constant group: zero_variance; filter_zero_std's constant group
+    in the batch: zero_variance; a truncated sample under mask_truncated: masked; a sample whose
+    verification timed out: timed_out; the rest trained; each under the version that generated it."""
+    left_out = group(0, [1.0] * N)
+    kept_const = group(1, [0.0] * N)
+    cut = group(2, [1.0, 0.0, 0.0, 1.0], lengths=[3, 3, 3, 8])
+    cut.samples[3]["finish_reason"] = "length"
+    timed = group(3, [1.0, 0.0, 0.0, 0.0])
+    timed.verified["verdicts"] = [{"status": "ok"}, {"status": "timeout"}, {"status": "ok"}, {"status": "ok"}]
+    timed.version_start = 1
+    batch = [kept_const, cut, timed]
+    filled = Filled(batch, [left_out, *batch], 2)
+    a = assemble(batch, 2, "group", True, True, 8)
+    assert sample_fates(filled, a, True) == [(0, "masked", 1), (0, "trained", 3), (0, "zero_variance", 8),
+                                             (1, "timed_out", 1), (1, "trained", 3)]
+    # without filter_zero_std the constant group is trained on (advantage 0)
+    a = assemble(batch, 2, "group", False, True, 8)
+    assert sample_fates(filled, a, False) == [(0, "masked", 1), (0, "trained", 7), (0, "zero_variance", 4),
+                                              (1, "timed_out", 1), (1, "trained", 3)]
 
 
 def test_soft_overlong_punishment():

@@ -184,7 +184,7 @@ def test_engines_hung_at_once_are_restarted_together_and_the_group_rebuilt_once(
     fleet.faults, fleet.others = Faults(), list
     fleet.synced_version, fleet.trainers = 3, SimpleNamespace(version=4)
     fleet.outstanding = {Chunk(e, f"r{e}", [], 0.0, old[e]) for e in range(4)}
-    fleet.new_engine = lambda base: Actor()
+    fleet.new_engine = lambda base, index: Actor()
     fleet.base = "base"
     fleet.cluster = SimpleNamespace(startup=lambda refs, what, labels: [{"node": "n"} for _ in refs])
     fleet.weight_sync = SimpleNamespace(blocking=True,
@@ -218,13 +218,13 @@ def test_two_engines_hung_at_once_are_both_restarted(ray_session, base_model, tm
     monkeypatch.setattr(weight_sync.ObjectStoreSync, "restore", recorded)
     submit, stopped = EngineFleet.submit, []
 
-    def freeze_then_submit(self, e, items):
+    def freeze_then_submit(self, e, items, step=None):
         # once the first step is done, both engines stop answering before any of step 2's prompts reach them
         if not stopped and first_step_done(tmp_path):
             for where in orjson.loads((tmp_path / "run.json").read_bytes())["placement"]["engines"]:
                 os.kill(where["pid"], signal.SIGSTOP)
                 stopped.append(where["pid"])
-        return submit(self, e, items)
+        return submit(self, e, items, step)
 
     monkeypatch.setattr(EngineFleet, "submit", freeze_then_submit)
     try:

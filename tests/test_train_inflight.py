@@ -15,7 +15,7 @@ from test_train import SMALL, base_model, cfg_for, ray_session, run, trace  # no
 from test_train_faults import kill_named
 
 # what timing changes between two identical runs; everything else must be equal bit for bit
-TIMING = ("time/", "throughput/", "idle/")
+TIMING = ("time/", "throughput/", "idle/", "mfu/", "memory/", "engine/", "queue/wait_")
 
 
 def untimed(x):

@@ -70,6 +70,12 @@ HELP = with_examples(
     that cannot be read offline: no memory estimates). Exit 0 when the run fits, 2 (the
     problems on stderr) when not. Every real run makes the same checks at start-up, before
     it creates an actor.
+
+    Every actor and the driver record spans (who generated, verified, trained, synced what
+    when) in traces/spans.jsonl, drawn as a timeline by rlvr-report (docs/train-runs.md). When
+    no span ends for log.stall_s seconds, a stall report (the open spans, the actor everything
+    waits on, every process's Python stacks) goes to RUN_DIR/stalls/ with one line on stderr;
+    --stacks RUN_DIR asks a running run for the same report now and prints it.
     """,
     """
 rlvr-train configs/tiny-cpu.yaml
@@ -87,6 +93,7 @@ rlvr-train configs/tiny-cpu.yaml --ablate sync.mode=between_rounds,in_flight \
     --ablate train.max_staleness=0,1,2,4 --seeds 3 --run-dir results/staleness   # 24 runs; rerun to resume
 rlvr-plot results/staleness -o staleness.png                       # mean and spread per setting, a table
 rlvr-train configs/qwen3-1.7B-gsm8k.yaml --plan --gpus 8 --gpu-mem-gib 80   # does it fit 8 x H100?
+rlvr-train --stacks results/tiny-cpu_20261122-101500          # where is the running run now?
 """,
 )
 
@@ -113,13 +120,18 @@ rlvr-train configs/qwen3-1.7B-gsm8k.yaml --plan --gpus 8 --gpu-mem-gib 80   # do
 @click.option("--gpu-mem-gib", type=click.FloatRange(min=0, min_open=True), metavar="GIB",
               help="With --plan: GPU memory in GiB (default: what this machine's GPUs have).")
 @click.option("--cpus", type=click.FloatRange(min=0, min_open=True), help="With --plan --gpus: the node's CPUs.")
+@click.option("--stacks", "stacks_dir", type=click.Path(file_okay=False, exists=True), metavar="RUN_DIR",
+              help="Ask the run writing RUN_DIR for a report of its open spans and every actor's stacks; print it.")
 def cmd(config, sets, resume_dir, run_dir, ray_address, ray_temp_dir, trackers, ablate, seeds, print_config, plan,
-        gpus, gpu_mem_gib, cpus):
+        gpus, gpu_mem_gib, cpus, stacks_dir):
     from rlvr.runs import new_run_dir
     from rlvr.train.ablate import command as grid
     from rlvr.train.config import resolve
     from rlvr.train.modes import check as check_modes
 
+    if stacks_dir:
+        stacks(stacks_dir)
+        return
     grid_sets = [*sets, f"log.trackers=[{','.join(dict.fromkeys(trackers))}]"] if trackers else list(sets)
     if not plan and grid(config or default_config_path(), grid_sets, list(ablate), seeds, run_dir, resume_dir,
             [program(), *sys.argv[1:]], say, ray_address, ray_temp_dir, print_config):
@@ -164,6 +176,20 @@ def cmd(config, sets, resume_dir, run_dir, ray_address, ray_temp_dir, trackers, 
     for w in warnings:
         warn(w)
     train(cfg, rd, [program(), *sys.argv[1:]], text, resume=bool(resume_dir))
+
+
+def stacks(run_dir: str) -> None:
+    """The running run's report on demand (rlvr.train.watchdog.request_report), printed; its
+    path on stderr."""
+    from rlvr.train.watchdog import request_report
+
+    try:
+        path = request_report(run_dir)
+    except TimeoutError as e:
+        raise ConfigError(str(e)) from None
+    with open(path) as fh:
+        sys.stdout.write(fh.read())
+    say(f"report: {path}")
 
 
 def default_config_path() -> str:

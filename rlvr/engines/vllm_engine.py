@@ -210,6 +210,14 @@ class VLLMEngine(Engine):
     def max_model_len(self) -> int:
         return int(self.llm.llm_engine.model_config.max_model_len)
 
+    def metrics(self):
+        """vLLM's own statistics (LLM.get_metrics()) where the engine keeps them (built with
+        extra {disable_log_stats: false}: rlvr-train's log.engine_stats, which also makes vLLM print
+        its periodic statistics lines); else None."""
+        if not getattr(self.llm.llm_engine, "log_stats", False):
+            return None
+        return self.llm.get_metrics()
+
     # --- generation ------------------------------------------------------------------------
 
     def _params(self, sampling: Sampling, seed: int | None):

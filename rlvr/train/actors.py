@@ -7,7 +7,10 @@ mode Ray runs an actor's calls one at a time, in order, so a weight update lands
 generate calls, never inside one. In in_flight mode (sync.mode) the actor takes several calls
 at once and rlvr.train.inflight serves them: one running batch, updates between two engine
 steps. Either way an engine never generates with a half-updated model. TrainerActor wraps
-rlvr.train.trainer.PolicyTrainer.
+rlvr.train.trainer.PolicyTrainer. Both are `Observed` (rlvr.train.observe): they record spans
+(generate, weight_load/receive; weight_gather/send, checkpoint_save and, in the trainer's step,
+pi_old/forward_backward/optimizer) and hand them, their figures and their stacks to the driver on
+a thread of their own (made with concurrency_groups=OBSERVE_GROUPS).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import time
 
 import numpy as np
 
+from rlvr.train import spans
+from rlvr.train.observe import Observed
 from rlvr.train.processes import placement, retire  # noqa: F401 - retire: their home is rlvr.train.processes
 
 
@@ -43,7 +48,7 @@ def on_node(model) -> str:
     return model if isinstance(model, str) else model.local()
 
 
-class EngineActor:
+class EngineActor(Observed):
     """One rollout engine (vLLM or HF) in its own Ray worker process."""
 
     in_flight: str | None = None
@@ -78,7 +83,8 @@ class EngineActor:
 
     def generate(self, prompt_ids: list[list[int]], sampling: dict, seeds: list[int] | None,
                  stops: list[list[str]] | None = None, stop_ids: list[list[int]] | None = None,
-                 min_version: int | None = None, max_tokens: list[int] | None = None) -> dict:
+                 min_version: int | None = None, max_tokens: list[int] | None = None,
+                 step: int | None = None, ids: list | None = None) -> dict:
         """n samples for each prompt: token ids, log-probs, finish reasons, the versions of
         their tokens (run-length: [[version, count], ...]) and the version used at the start.
 
@@ -87,12 +93,14 @@ class EngineActor:
         each prompt's own generation length (else sampling["max_tokens"]). A request the engine
         refuses (e.g. a prompt over its context) fails that prompt only: its index is in
         "errors" with the message. An error that leaves the engine unusable is raised (the
-        driver restarts the engine). min_version (in flight): start once the engine holds it."""
+        driver restarts the engine). min_version (in flight): start once the engine holds it.
+        step, ids: the trace's step and the prompt ids, for the call's `generate` span."""
         from dataclasses import replace
 
         from rlvr.engines.base import Sampling
 
         t0 = time.monotonic()
+        tok = spans.begin("generate", step=step, version=self.version, ids=ids)
         base = Sampling(n=sampling["n"], temperature=sampling["temperature"], top_p=sampling["top_p"],
                         top_k=max(0, sampling["top_k"]), max_tokens=sampling["max_tokens"],
                         stop=tuple(sampling.get("stop") or ()), seed=0, logprobs=True)
@@ -102,11 +110,16 @@ class EngineActor:
         if max_tokens is not None:
             per = [replace(p, max_tokens=m) if m and m != base.max_tokens else p for p, m in zip(per, max_tokens)]
         seeds = list(seeds) if seeds is not None else [None] * len(prompt_ids)
-        if self.server is not None:
-            results, errors, v0 = self.server.generate(prompt_ids, per, seeds, min_version)
-        else:
-            results, errors, v0 = self._generate(prompt_ids, per, seeds, base, tools=sampling.get("tools"))
+        try:
+            if self.server is not None:
+                results, errors, v0 = self.server.generate(prompt_ids, per, seeds, min_version)
+            else:
+                results, errors, v0 = self._generate(prompt_ids, per, seeds, base, tools=sampling.get("tools"))
+        except BaseException as e:
+            spans.end(tok, error=type(e).__name__)
+            raise
         first = 0 if v0 is None else v0
+        spans.end(tok, version=first)
         outs = [[{"text": x.text, "token_ids": list(x.token_ids), "finish_reason": x.finish_reason,
                   "stop_reason": x.stop_reason, "logprobs": [0.0 if v is None else v for v in x.logprobs or []],
                   "versions": [[0 if v is None else v, c] for v, c in (x.versions or [])],
@@ -115,7 +128,8 @@ class EngineActor:
                 if i in results else [] for i in range(len(prompt_ids))]
         dt = time.monotonic() - t0
         self.busy_s += dt
-        return {"samples": outs, "errors": errors, "version_start": first, "version_end": self.version, "seconds": dt}
+        return {"samples": outs, "errors": errors, "version_start": first, "version_end": self.version, "seconds": dt,
+                "done_at": time.time()}
 
     def _generate(self, prompt_ids, per, seeds, base, tools: dict | None = None) -> tuple[dict, dict, int]:
         """One call at a time (between_rounds): the whole call generates with one version.
@@ -168,12 +182,13 @@ class EngineActor:
 
     def update_weights(self, weights, version: int) -> float:
         t0 = time.monotonic()
-        tensors = _arrays_to_tensors(weights)
+        with spans.span("weight_load", step=version, version=version):
+            tensors = _arrays_to_tensors(weights)
 
-        def load():
-            self.engine.update_weights(tensors, version=version, in_flight=self.in_flight)
-            self.version = version
-        self._on_engine(load)
+            def load():
+                self.engine.update_weights(tensors, version=version, in_flight=self.in_flight)
+                self.version = version
+            self._on_engine(load)
         return time.monotonic() - t0
 
     def get_version(self) -> int:
@@ -197,11 +212,19 @@ class EngineActor:
         def load():
             self.engine.receive_weights(update_info, version=version, in_flight=self.in_flight)
             self.version = version
-        self._on_engine(load)
+        with spans.span("weight_receive", step=version, version=version):
+            self._on_engine(load)
         return {"seconds": time.monotonic() - t0, "checksum": self.engine.received_checksum}
 
     def transfer_close(self) -> None:
         self._on_engine(self.engine.close_weight_transfer)
+
+    def engine_metrics(self):
+        """vLLM's own statistics (LLM.get_metrics(): KV-cache usage, running and waiting
+        requests, preemptions, prefix-cache hits), None where the engine keeps none (the hf
+        engine; vLLM without log.engine_stats)."""
+        fn = getattr(self.engine, "metrics", None)
+        return fn() if callable(fn) else None
 
     def stats(self) -> dict:
         return {"busy_s": self.busy_s, "alive_s": time.monotonic() - self.born}
@@ -223,7 +246,7 @@ class EngineActor:
         return placement(self.model_path)
 
 
-class TrainerActor:
+class TrainerActor(Observed):
     """One rank of the policy trainer (rlvr.train.trainer.PolicyTrainer) in a Ray worker.
 
     Made in two phases so that several ranks can meet: address() names a rendezvous on rank
@@ -276,7 +299,8 @@ class TrainerActor:
         return self.t.step(batch)
 
     def weights(self):
-        return self.t.weights()
+        with spans.span("weight_gather", step=self.t.version, version=self.t.version):
+            return self.t.weights()
 
     def version(self) -> int:
         return self.t.version
@@ -301,11 +325,13 @@ class TrainerActor:
         if self.t.version != version:
             raise RuntimeError(f"asked to send the weights of version {version}, the trainer holds {self.t.version}")
         t0 = time.monotonic()
-        pairs = self.t.wire_weights()
+        with spans.span("weight_gather", step=version, version=version):
+            pairs = self.t.wire_weights()
         gathered = time.monotonic() - t0
         if pairs is None:
             return {"version": version, "rank": self.t.rank}
-        sums = self.sender.send(pairs)
+        with spans.span("weight_send", step=version, version=version):
+            sums = self.sender.send(pairs)
         del pairs
         return {"version": version, "rank": 0, "gather_s": gathered, "send_s": time.monotonic() - t0 - gathered,
                 **sums}
@@ -320,7 +346,8 @@ class TrainerActor:
             sender.close()
 
     def save(self, path: str, extra_state: dict, dtype: str | None = None) -> None:
-        self.t.save(path, extra_state, dtype)
+        with spans.span("checkpoint_save", step=self.t.version, version=self.t.version):
+            self.t.save(path, extra_state, dtype)
 
     def load_state(self, path: str) -> dict:
         st = self.t.load_state(path)

@@ -26,6 +26,7 @@ class Group:
     version_start: int
     version_end: int
     verified: dict | None = None
+    generated_at: float | None = None   # time.time() when its engine finished it (queue times)
 
     @property
     def rewards(self) -> list[float]:
@@ -75,6 +76,32 @@ def fill(first: list[Group], need: int, more: Callable[[], list[Group] | None], 
         drawn += extra
         kept += [g for g in extra if g.informative]
     return Filled(kept[:need], drawn, rounds)
+
+
+def sample_fates(filled: Filled, a: "Assembled", filter_zero_std: bool) -> list[tuple[int, str, int]]:
+    """The fate of every sample a step generated, as (policy version that generated it, fate, n):
+    trained; zero_variance (a group of equal rewards: left out by dynamic sampling, or kept out
+    of the loss by filter_zero_std); masked (kept out of the loss otherwise: a truncated sample
+    under mask_truncated); timed_out (its verification timed out; it may have been trained on
+    with reward 0). An informative group dynamic sampling drew beyond prompts_per_step has no
+    fate (neither trained on nor filtered). `a` is assemble()'s batch of filled.groups."""
+    counts: Counter = Counter()
+    trained = {id(g) for g in filled.groups}
+    for g in filled.drawn:
+        if id(g) not in trained and not g.informative:
+            counts[(g.version_start, "zero_variance")] += len(g.samples)
+    k = 0
+    for i, g in enumerate(filled.groups):
+        verdicts = (g.verified or {}).get("verdicts") or []
+        for j in range(len(g.samples)):
+            if a.batch.loss_mask[k]:
+                timed = j < len(verdicts) and (verdicts[j] or {}).get("status") == "timeout"
+                fate = "timed_out" if timed else "trained"
+            else:
+                fate = "zero_variance" if filter_zero_std and bool(a.zero_std[i]) else "masked"
+            counts[(g.version_start, fate)] += 1
+            k += 1
+    return [(v, fate, n) for (v, fate), n in sorted(counts.items())]
 
 
 def overlong_penalty(length: int, max_tokens: int, buffer: int, factor: float = 1.0) -> float:

@@ -54,6 +54,10 @@ class LogConfig:
     """Stall report (RUN_DIR/stalls/<time>.txt and a stderr line: the open spans and every process's Python
     stacks) when no span has ended for this many seconds; longer than the longest span expected (a
     checkpoint save, a validation); 0 = no watchdog. The run goes on."""
+    engine_stats: bool = False
+    """vLLM engines keep their own statistics (KV-cache usage, running and waiting requests, preemptions,
+    prefix-cache hits), added to each step as engine/<engine>/...: vLLM's disable_log_stats false, which
+    also makes vLLM print its periodic statistics lines on stderr (hence off by default)."""
 
 
 @dataclass

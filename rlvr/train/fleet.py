@@ -84,6 +84,8 @@ class EngineFleet:
             seqs = -(-r.prompts_per_step // max(1, r.num_engines)) * r.n
         if seqs and r.engine == "vllm":
             opts["extra"] = {"max_num_seqs": seqs}
+        if self.cfg.log.engine_stats and r.engine == "vllm":
+            opts.setdefault("extra", {})["disable_log_stats"] = False   # LLM.get_metrics(): log.engine_stats
         engine_options(self.cfg, opts)   # what the modes need of the rollout engines (rlvr.train.modes)
         return opts
 
@@ -96,10 +98,12 @@ class EngineFleet:
             res["resources"] = dict(r.engine_resources)
         return res
 
-    def new_engine(self, model):
+    def new_engine(self, model, index: int):
+        """Engine `index` (its spans' lane: engine-<index>) from `model`."""
         import ray
 
         from rlvr.train.actors import EngineActor
+        from rlvr.train.observe import OBSERVE_GROUPS
 
         r = self.cfg.rollout
         res = self.resources()
@@ -110,8 +114,10 @@ class EngineFleet:
         # sampling round); the rest of the threads keep weight updates from ever queueing behind them.
         calls = max(32, self.cfg.train.max_staleness + 16)
         kv, calls = (self.cfg.sync.in_flight_kv, calls) if self.in_flight else (None, 1)
-        return ray.remote(max_restarts=0, max_concurrency=calls, **res)(EngineActor).options(name=name).remote(
-            model, r.engine, self.options(), actor_env(), kv)
+        h = ray.remote(max_restarts=0, max_concurrency=calls, concurrency_groups=OBSERVE_GROUPS,
+                       **res)(EngineActor).options(name=name).remote(model, r.engine, self.options(), actor_env(), kv)
+        h.observe_as.remote(f"engine-{index}", self.cfg.log.spans)
+        return h
 
     def start(self, base) -> dict:
         """Launch rollout.num_engines engines from the base model, which every node can load (a
@@ -119,8 +125,8 @@ class EngineFleet:
         the trainer ranks; returns the placement for run.json."""
         cfg = self.cfg
         self.base = base
-        for _ in range(cfg.rollout.num_engines):
-            self.engines.append(self.new_engine(base))
+        for e in range(cfg.rollout.num_engines):
+            self.engines.append(self.new_engine(base, e))
         ranks = self.trainers.ranks
         engine_asks = asks(self.resources())
         nodes = self.cluster.startup([e.node.remote() for e in self.engines] + self.trainers.node_calls(),
@@ -161,9 +167,10 @@ class EngineFleet:
             out["tools"] = tools.to_dict()
         return out
 
-    def launch(self, rnd: Round) -> None:
+    def launch(self, rnd: Round, step: int | None = None) -> None:
         """Send a round's prompts to the engines (prompt i to engine i mod E); prompts too long
-        for the engines' context are kept back, as rlvr-rollout does."""
+        for the engines' context are kept back, as rlvr-rollout does. step: the trace's step
+        that will train on them (the engines' generate spans carry it)."""
         items = []
         for rec, ep in rnd.items:
             ids = prompt_token_ids(self.tokenizer, rec)
@@ -172,9 +179,9 @@ class EngineFleet:
                 continue
             items.append((rec, ep, ids, prompt_stops(rec, self.cfg.rollout.stop)))
         ne = len(self.engines)
-        rnd.chunks = [self.submit(e, items[e::ne]) for e in range(ne) if items[e::ne]]
+        rnd.chunks = [self.submit(e, items[e::ne], step) for e in range(ne) if items[e::ne]]
 
-    def submit(self, e: int, items) -> Chunk:
+    def submit(self, e: int, items, step: int | None = None) -> Chunk:
         seeds = [prompt_seed(self.cfg.rollout.seed, rec["id"], ep) for rec, ep, _, _ in items]
         if not self.cfg.rollout.seeded:
             seeds = None
@@ -185,7 +192,8 @@ class EngineFleet:
                                               [self.end_of_turn if isinstance(rec.get("prompt"), list) else []
                                                for rec, _, _, _ in items],
                                               self.synced_version if self.in_flight else None,
-                                              lengths if any(n != self.cfg.rollout.max_tokens for n in lengths) else None)
+                                              lengths if any(n != self.cfg.rollout.max_tokens for n in lengths) else None,
+                                              step, [rec.get("id") for rec, _, _, _ in items])
         chunk = Chunk(e, ref, items, time.monotonic(), self.engines[e])
         self.outstanding.add(chunk)
         return chunk
@@ -223,7 +231,7 @@ class EngineFleet:
                         if current:  # else: queued on an engine already replaced, just resend
                             self.restart_engine(c.engine, f"failed ({type(ex).__name__})")
                         self.faults.add("requeued_prompts", len(c.items))
-                        nxt.append(self.submit(c.engine, c.items))
+                        nxt.append(self.submit(c.engine, c.items, version))
                         continue
                     self.last_done[c.engine] = now
                     times.engine_busy += res["seconds"]
@@ -234,17 +242,17 @@ class EngineFleet:
                             traces.rollout(unusable_record(rec, ep, version, "generation_error", errors[j], len(ids)))
                             continue
                         out[j * ne + c.engine] = Group(rec, ep, ids, samples, res["version_start"],
-                                                       res["version_end"])
+                                                       res["version_end"], generated_at=res.get("done_at"))
                 # A chunk queued behind others on its engine is timed from when the engine
                 # last delivered, not from its submission.
                 elif current and now - max(c.submitted, self.last_done.get(c.engine, 0.0)) > limit:
                     self.outstanding.discard(c)
                     self.restart_engine(c.engine, f"gave no answer in {limit:.0f}s")
                     self.faults.add("requeued_prompts", len(c.items))
-                    nxt.append(self.submit(c.engine, c.items))
+                    nxt.append(self.submit(c.engine, c.items, version))
                 elif not current:
                     self.faults.add("requeued_prompts", len(c.items))
-                    nxt.append(self.submit(c.engine, c.items))
+                    nxt.append(self.submit(c.engine, c.items, version))
                 else:
                     nxt.append(c)
             pending = nxt
@@ -332,5 +340,5 @@ class EngineFleet:
             old = self.engines[e]
             retire(old, self.where.pop(id(old), None))   # with vLLM's engine-core process, which may hold the GPU
             self.pending_syncs.pop(e, None)  # died with the old actor; the new one is synced after
-            self.engines[e] = self.new_engine(self.base)
+            self.engines[e] = self.new_engine(self.base, e)
         return [self.engines[e].node.remote() for e in sorted(why)]

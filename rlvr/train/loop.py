@@ -13,8 +13,11 @@ rlvr.train.fleet (the rollout engines: launch, collect, restart), rlvr.train.eng
 failures, checkpoints), rlvr.train.recorder (traces, progress, uploads, run.json),
 rlvr.train.schedule (which prompts go to the engines, and when: staleness), rlvr.train.batch
 (rewards, dynamic sampling, advantages, the trainer's batch), rlvr.train.metrics (what a step
-writes). The training modes beside RL (SFT, distillation, validation) plug in through
-rlvr.train.modes; the code here never names one.
+writes). rlvr.train.observe's RunObserver (made once the actors are up) writes the spans of
+every actor and of the driver (a `step` span around each step, a `verify` span per pool
+batch), answers the stall watchdog, and adds each step's figures (memory, engines, MFU and
+tokens/s, queue times, sample fates). The training modes beside RL (SFT, distillation,
+validation) plug in through rlvr.train.modes; the code here never names one.
 """
 
 from __future__ import annotations
@@ -26,14 +29,16 @@ from rlvr.engines.base import end_of_turn_ids
 from rlvr.errors import Failure
 from rlvr.messages import say
 from rlvr.runs import init_run_dir, latest_checkpoint, truncate_traces, update_manifest
-from rlvr.train.batch import Filled, Group, assemble, fill, verify
+from rlvr.train import spans
+from rlvr.train.batch import Filled, Group, assemble, fill, sample_fates, verify
 from rlvr.train.cluster import Cluster
 from rlvr.train.config import TrainConfig, resolve_preset
 from rlvr.train.engine_sync import EngineSync, check_agreement
+from rlvr.train.figures import queue_stats
 from rlvr.train.fleet import EngineFleet
 from rlvr.train.metrics import Faults, StepTimes, step_metrics
 from rlvr.train.prompts import Chunk, prompt_max_tokens, prompt_stops, prompt_token_ids  # noqa: F401 - their home
-from rlvr.train.recorder import Recorder
+from rlvr.train.recorder import Recorder, Throughput, observer
 from rlvr.train.schedule import Round, Schedule
 from rlvr.train.trainers import TrainerGroup
 
@@ -62,6 +67,7 @@ class Run:
         self.base = self.model = None        # the base model, and the one loaded (a checkpoint's on resume)
         self.start_step = 0
         self.schedule: Schedule | None = None
+        self.obs = None                      # rlvr.train.observe.RunObserver, once the actors are up
 
     def sync(self, version: int, wait: bool) -> float:
         return self.syncs.push(version, wait)
@@ -156,12 +162,14 @@ def start(run: Run) -> dict:
     if alone is not None:
         nodes = run.cluster.startup(run.trainers.node_calls(), "starting the trainer")
         update_manifest(run.run_dir, placement={"engines": [], "trainer": nodes[0], "trainer_ranks": nodes})
+        run.obs = observer(run)
         mode = next(m for m in run.modes if isinstance(m, alone))
         return supervise(run, lambda rec: mode.steps(run, rec, start_step))
     placement = run.fleet.start(base)
     update_manifest(run.run_dir, placement=placement)
     run.fleet.measure()
     run.modes.start(run)
+    run.obs = observer(run)   # now: start-up is no stall
     log(f"{len(run.fleet.engines)} engine(s) and the trainer ready in {time.monotonic() - t0:.1f}s")
     run.fleet.synced_version = start_step
     run.fleet.weight_sync = weight_sync.make(cfg, run.trainers.ranks, run.fleet.engines, log, placement)
@@ -198,6 +206,8 @@ def supervise(run: Run, steps) -> dict:
         status = "interrupted"
         raise
     finally:
+        if run.obs is not None:
+            run.obs.close()   # the watchdog stops; the actors' last spans are written
         rec.close(status, last, run.faults.as_dict())
         run.modes.close()
         run.shutdown()
@@ -208,15 +218,21 @@ def supervise(run: Run, steps) -> dict:
 def rl_steps(run: Run, rec: Recorder, pool) -> dict:
     """The RL steps from run.start_step to train.steps (or until the data ends); returns the
     last step's metrics."""
-    cfg, fleet, schedule, modes = run.cfg, run.fleet, run.schedule, run.modes
+    cfg, fleet, schedule, modes, obs = run.cfg, run.fleet, run.schedule, run.modes, run.obs
     total, every = cfg.train.steps, cfg.checkpoint.every
     last: dict = {}
     t_start = time.monotonic()
     trained = run.start_step
+    r = cfg.rollout
+    perf = Throughput(run.model.path, len(run.trainers.ranks),
+                      r.engine_num_gpus * r.tensor_parallel_size, run.cluster.has_gpus())
     for step in range(run.start_step, total):
         t_step, times = time.monotonic(), StepTimes()
-        schedule.admit(fleet.synced_version, fleet.launch)
+        sp = spans.begin("step", step=step + 1, version=run.trainers.version)
+        # a round admitted now trains at the step the schedule launches next (its engines' spans carry it)
+        schedule.admit(fleet.synced_version, lambda rnd: fleet.launch(rnd, schedule.next_step + 1))
         if not schedule.has(step):
+            spans.end(sp)
             log(f"data stream ended after {step} steps")
             break
         queue_depth = schedule.in_flight()
@@ -226,6 +242,8 @@ def rl_steps(run: Run, rec: Recorder, pool) -> dict:
         filled = dynamic_sampling(run, first, rounds, pool, rec.traces, step, times)
         a = assemble_batch(run, filled.groups, step)
         t0 = time.monotonic()
+        now = time.time()   # the engines' clock (the same machine's, or a node's kept close)
+        waits = [now - g.generated_at for g in filled.groups if g.generated_at is not None for _ in g.samples]
         m = run.trainers.step(a.batch, step)
         times.train = time.monotonic() - t0
         if step == run.start_step:
@@ -243,6 +261,12 @@ def rl_steps(run: Run, rec: Recorder, pool) -> dict:
         modes.metrics(metrics)
         if run.syncs.verified is not None:   # a broadcast: engines whose checksum equals the trainer's
             metrics["sync/verified_engines"] = float(run.syncs.verified)
+        metrics.update(obs.step_figures())
+        metrics.update(perf.metrics(a, filled.drawn, times))
+        metrics.update(queue_stats(waits))
+        for v, fate, n in sample_fates(filled, a, cfg.train.filter_zero_std):
+            obs.fates.add(v, fate, n)
+        metrics.update(obs.end_step(version))
         rec.write(metrics, filled.drawn, version, modes.sample)
         modes.after_step(run, rec.traces, metrics)  # after the weights of `version` were sent
         rec.tick()
@@ -250,6 +274,7 @@ def rl_steps(run: Run, rec: Recorder, pool) -> dict:
         last, trained = metrics, version
         if version == total or (every and version % every == 0):
             run.checkpoint(version, rec.uploader)
+        spans.end(sp)
     if trained > run.start_step and trained != total and not (every and trained % every == 0):
         run.checkpoint(trained, rec.uploader)  # the data ran out before train.steps
     return last
@@ -261,7 +286,9 @@ def rollout(run: Run, rnd: Round, pool, traces, step: int, times: StepTimes) -> 
     groups = run.fleet.collect(rnd, traces, step, times)
     times.rollout += time.monotonic() - t0
     t0 = time.monotonic()
-    verify(pool, groups)
+    with spans.span("verify", step=step + 1, version=min((g.version_start for g in groups), default=None),
+                    ids=[g.record.get("id") for g in groups], actor="verifier"):
+        verify(pool, groups)
     times.reward += time.monotonic() - t0
     return groups
 
@@ -278,7 +305,7 @@ def dynamic_sampling(run: Run, first: list[Group], rounds: list[Round], pool, tr
         r = run.schedule.draw()
         if r is None:
             return None
-        run.fleet.launch(r)
+        run.fleet.launch(r, step + 1)
         rounds.append(r)
         return rollout(run, r, pool, traces, step, times)
 

@@ -6,6 +6,10 @@ uploads of the run folder (checkpoint.upload), and run.json's outcome.
     rec.write(metrics, groups, version, annotate)   # a step's line, its rollouts and samples
     rec.close(status, last, faults)                 # traces, trackers, run.json's outcome
     rec.finish_uploads()                            # the final traces and run.json go up
+
+`Throughput` turns a step's batch and times into its mfu/ and throughput/ figures, and
+`observer(run)` makes the run's RunObserver (rlvr.train.observe: spans, stall watchdog, the
+actors' memory and engine figures, sample fates).
 """
 
 from __future__ import annotations
@@ -42,6 +46,70 @@ def uploader(cfg, run_dir: str):
                             exclude=["*/.tmp-*"], last=["trainer_state.pt"])
     up.live([os.path.join(run_dir, p) for p in u.live], u.trace_interval_s)
     return up
+
+
+def observer(run):
+    """The run's RunObserver over its actors as they are now (asked at every call: a restarted
+    engine's new actor is the one asked): trainer-<rank>, engine-<i>, teacher-<i>."""
+    from rlvr.train.observe import RunObserver
+
+    def actors() -> dict:
+        out = {f"trainer-{r}": h for r, h in enumerate(run.trainers.ranks)}
+        out.update({f"engine-{e}": h for e, h in enumerate(run.fleet.engines)})
+        for m in run.modes or ():
+            t = getattr(m, "teacher", None)
+            out.update({f"teacher-{e}": h for e, h in enumerate(getattr(t, "actors", None) or ())})
+        return out
+    return RunObserver(run.run_dir, run.cfg.log, actors=actors)
+
+
+class Throughput:
+    """mfu/ and throughput/ of a step: the trainer's trained tokens (prompt + completion of every
+    sequence in the loss) over the trainer's seconds, the engines' generated tokens over their
+    busy seconds (summed over engines: the rate of one engine while it generates); MFU from the
+    model's FLOPs per token (rlvr.train.figures) where the GPU's peak is known."""
+
+    def __init__(self, model_dir: str, trainer_devices: int, engine_devices: float, gpus: bool):
+        from rlvr.train.figures import Shape, peak_flops
+
+        try:
+            self.shape = Shape.from_model_dir(model_dir)
+        except (OSError, KeyError, TypeError, ValueError):
+            self.shape = None   # no FLOPs per token: tokens/s only
+        self.peak = None
+        if gpus:
+            try:
+                import torch
+
+                self.peak = peak_flops(torch.cuda.get_device_name(0)) if torch.cuda.is_available() else None
+            except Exception:  # noqa: BLE001 - no MFU, tokens/s still
+                self.peak = None
+        self.trainer_devices, self.engine_devices = max(1, trainer_devices), max(1.0, engine_devices)
+
+    def metrics(self, a, drawn: list, times) -> dict:
+        from rlvr.train.figures import flops_per_token, throughput
+
+        out = {}
+        seqs = [(len(p), len(c)) for p, c, keep in zip(a.batch.prompt_ids, a.batch.completion_ids, a.batch.loss_mask)
+                if keep and c]
+        tokens = sum(p + c for p, c in seqs)
+        if seqs and times.train > 0:
+            ctx = tokens / len(seqs) / 2
+            f = flops_per_token(self.shape, ctx, True) if self.shape else 0.0
+            t = throughput(tokens, times.train, f, self.trainer_devices, self.peak if self.shape else None)
+            out["throughput/trainer_tokens_per_s"] = t["tokens_per_s"]
+            if t["mfu"] is not None:
+                out["mfu/trainer"] = t["mfu"]
+        gen = [(len(g.prompt_ids), len(s.get("token_ids") or ())) for g in drawn for s in g.samples]
+        gen_tokens = sum(c for _, c in gen)
+        if gen_tokens and times.engine_busy > 0:
+            ctx = sum(p + c / 2 for p, c in gen) / len(gen)
+            f = flops_per_token(self.shape, ctx, False) if self.shape else 0.0
+            t = throughput(gen_tokens, times.engine_busy, f, self.engine_devices, self.peak if self.shape else None)
+            out["throughput/engine_tokens_per_s"] = t["tokens_per_s"]
+            if t["mfu"] is not None:
+                out["mfu/engines"] = t["mfu"]
+        return out
 
 
 class Recorder:

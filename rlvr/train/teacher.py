@@ -42,11 +42,13 @@ class Teacher:
                     max_logprobs=max(20, te.top_k))
         return opts
 
-    def _new_actor(self, run, n: int):
+    def _new_actor(self, run, n: int, index: int):
+        """Teacher engine `index` (its spans' lane: teacher-<index>), the n-th made."""
         import ray
 
         from rlvr.train.actors import EngineActor
         from rlvr.train.cluster import actor_env
+        from rlvr.train.observe import OBSERVE_GROUPS
 
         te = self.te
         res: dict = {"num_cpus": te.engine_num_cpus}
@@ -55,8 +57,11 @@ class Teacher:
         if te.engine_resources:
             res["resources"] = dict(te.engine_resources)
         name = f"rlvr-teacher-{n}-{run.cluster.tag}"
-        return ray.remote(max_restarts=0, max_concurrency=1, **res)(EngineActor).options(name=name).remote(
+        h = ray.remote(max_restarts=0, max_concurrency=1, concurrency_groups=OBSERVE_GROUPS,
+                       **res)(EngineActor).options(name=name).remote(
             self.model, te.engine or self.cfg.rollout.engine, self.engine_options(run), actor_env())
+        h.observe_as.remote(f"teacher-{index}", self.cfg.log.spans)
+        return h
 
     def start(self, run) -> None:
         """Start the teacher engines (a separate teacher), or take the rollout engines' context
@@ -70,7 +75,7 @@ class Teacher:
             update_manifest(run.run_dir, teacher={"model": POLICY, "engines": "the rollout engines"})
             return
         t0 = time.monotonic()
-        self.actors = [self._new_actor(run, i) for i in range(self.te.num_engines)]
+        self.actors = [self._new_actor(run, i, i) for i in range(self.te.num_engines)]
         nodes = run.cluster.startup([a.node.remote() for a in self.actors], "starting the teacher engines",
                              [f"teacher engine {e}" for e in range(len(self.actors))])
         self.where = {id(a): where for a, where in zip(self.actors, nodes)}
@@ -90,6 +95,12 @@ class Teacher:
         """The teacher's (ids, logprobs, token_logprobs) arrays of every (prompt, completion), in
         the items' order, and the weight versions that scored them. Engine e takes items e,
         e + E, ... in one call; a dead or hung engine is restarted and its share sent again."""
+        from rlvr.train import spans
+
+        with spans.span("teacher", step=step + 1, version=run.trainers.version, n_items=len(prompts)):
+            return self._score_all(run, prompts, comps, step)
+
+    def _score_all(self, run, prompts: list, comps: list, step: int) -> tuple[list, list]:
         import ray
 
         ne = len(run.fleet.engines if self.self_teacher else self.actors)
@@ -148,6 +159,6 @@ class Teacher:
             raise Failure("teacher engines keep failing (more than 5 restarts each): giving up")
         old = self.actors[e]
         retire(old, self.where.pop(id(old), None))   # with vLLM's engine-core process, which may hold the GPU
-        self.actors[e] = self._new_actor(run, len(self.actors) + self.restarts)
+        self.actors[e] = self._new_actor(run, len(self.actors) + self.restarts, e)
         self.where[id(self.actors[e])] = run.cluster.startup(self.actors[e].node.remote(), f"restarting teacher engine {e}",
                                                       [f"teacher engine {e}"])

@@ -19,6 +19,7 @@ import torch
 from rlvr.grpo import policy_loss
 from rlvr.losses import EXTRA_LOSSES
 from rlvr.train import extras as extra_losses
+from rlvr.train import spans
 from rlvr.train.config import optimizer_args
 from rlvr.train.trainer_model import synchronize
 
@@ -184,7 +185,7 @@ def step(tr, batch: Batch) -> dict[str, float]:
     # single update pi_old is the graph-free copy of the policy's own log-probs.
     old: dict[int, torch.Tensor] = {}
     ref: dict[int, torch.Tensor] = {}
-    t0 = clock(tr.device)
+    t0, sp = clock(tr.device), spans.begin("pi_old", step=tr.version + 1, version=tr.version)
     if len(updates) > 1 or tr.ref is not None:
         models = ([tr.model] if len(updates) > 1 else []) + ([tr.ref] if tr.ref is not None else [])
         with torch.no_grad():
@@ -195,6 +196,7 @@ def step(tr, batch: Batch) -> dict[str, float]:
                     for j, i in enumerate(part):
                         dst[i] = lp[j, :len(batch.completion_ids[i])].clone()
     t_old = clock(tr.device) - t0
+    spans.end(sp)
     t_fb = t_opt = 0.0
     real_tokens = padded_tokens = 0
     acc: dict[str, float] = {}
@@ -215,7 +217,7 @@ def step(tr, batch: Batch) -> dict[str, float]:
         # every backward of this update (RL, then the extra losses'): FSDP reduces at the last only
         tr._backwards_left = len(plan) + extra_losses.micro_batch_count(extras, u % len(minis), len(minis),
                                                                         tr.world, tr.rank)
-        t0 = clock(tr.device)
+        t0, sp = clock(tr.device), spans.begin("forward_backward", step=tr.version + 1, version=tr.version)
         for part in plan:
             if u < len(minis) and part:                   # padding: tokens computed / tokens real
                 real = sum(len(batch.prompt_ids[i]) + len(batch.completion_ids[i]) for i in part)
@@ -271,6 +273,8 @@ def step(tr, batch: Batch) -> dict[str, float]:
         if extras:
             extra_losses.backward(tr, extras, u % len(minis), len(minis), len(updates), extra_acc)
         t1 = clock(tr.device)
+        spans.end(sp)
+        sp = spans.begin("optimizer", step=tr.version + 1, version=tr.version)
         t_fb += t1 - t0
         norm = optimizer_step(tr)
         if math.isfinite(norm):
@@ -278,6 +282,7 @@ def step(tr, batch: Batch) -> dict[str, float]:
         else:
             skipped += 1
         t_opt += clock(tr.device) - t1
+        spans.end(sp)
     for key in list(acc):
         if not key.startswith("loss/"):
             acc[key] = acc[key] / tok_weights if tok_weights else float("nan")

@@ -41,6 +41,7 @@ class TrainerGroup:
         import ray
 
         from rlvr.train.actors import TrainerActor
+        from rlvr.train.observe import OBSERVE_GROUPS
         from rlvr.train.placement import on_this_node
 
         t = self.cfg.train
@@ -62,8 +63,9 @@ class TrainerGroup:
         self.ranks = actors = []   # known at once: a start-up failure kills those already made
         for r in range(world):
             opts = dict(res, **({"scheduling_strategy": strategies[r]} if strategies[r] is not None else {}))
-            actors.append(ray.remote(**opts)(TrainerActor).options(name=f"rlvr-trainer-{r}-{self.cluster.tag}")
-                          .remote(actor_env()))
+            actors.append(ray.remote(concurrency_groups=OBSERVE_GROUPS, **opts)(TrainerActor)
+                          .options(name=f"rlvr-trainer-{r}-{self.cluster.tag}").remote(actor_env()))
+            actors[-1].observe_as.remote(f"trainer-{r}", self.cfg.log.spans)
         startup = self.cluster.startup
         if blind:
             for r, where in enumerate(startup([a.node.remote() for a in actors], "placing the trainer", labels)):
