@@ -328,3 +328,27 @@ def test_a_failed_in_flight_update_resumes_generation_and_names_its_cause(vllm_m
         monkeypatch.undo()
         eng.update_weights(tiny_model_dir, version=None)
     assert eng.health()["ok"]
+
+
+@pytest.mark.parametrize("engine", ["hf_engine", "vllm_engine"])
+def test_an_in_flight_update_is_checked_and_packed_before_generation_pauses(engine, tiny_model_dir, request,
+                                                                           monkeypatch):
+    """The weights are checked and serialised before the pause, so generation stops only for
+    the load itself; a bad update (a missing weight) is refused before anything paused."""
+    eng = request.getfixturevalue(engine)
+    order = []
+    for name in ("_prepare_weights", "_pause_generation", "_load_weights", "_resume_generation"):
+        real = getattr(eng, name)
+        monkeypatch.setattr(eng, name, lambda *a, _n=name, _f=real, **k: (order.append(_n), _f(*a, **k))[1])
+    new = _perturbed(tiny_model_dir, seed=4)
+    try:
+        eng.update_weights(new, version=9, in_flight="recompute")
+        assert order == ["_prepare_weights", "_pause_generation", "_load_weights", "_resume_generation"]
+        assert eng.version == 9
+        order.clear()
+        with pytest.raises(Exception, match="(?i)missing|partial|all"):
+            eng.update_weights({k: v for i, (k, v) in enumerate(new.items()) if i}, version=10, in_flight="recompute")
+        assert order == ["_prepare_weights"] and eng.version == 9 and eng.health()["ok"]
+    finally:
+        monkeypatch.undo()
+        eng.update_weights(tiny_model_dir, version=None)

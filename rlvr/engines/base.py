@@ -404,7 +404,10 @@ class Engine:
         again (recompute) or kept as the old weights made them (keep). If the update fails
         half-way the engine refuses to generate until an update succeeds.
         """
-        self._guarded_update(lambda: self._load_weights(weights, version), version, in_flight)
+        # checked and packed first, outside the update: an in-flight update pauses generation
+        # only for the load itself (a bad update is refused before anything paused)
+        prepared = self._prepare_weights(weights)
+        self._guarded_update(lambda: self._load_weights(prepared, version), version, in_flight)
 
     def receive_weights(self, update_info: dict, version: Any = None, in_flight: str | None = None) -> None:
         """Replace the weights in place with what a trainer broadcasts to this engine's weight-
@@ -497,7 +500,13 @@ class Engine:
     def _abort(self, handles: list) -> None:
         raise NotImplementedError
 
-    def _load_weights(self, weights: Weights, version: Any) -> None:
+    def _prepare_weights(self, weights: Weights) -> Any:
+        """What _load_weights loads, checked and packed (names, shapes, serialisation) before
+        any pause: an untouched EngineError refuses a bad update. Default: as given."""
+        return weights
+
+    def _load_weights(self, weights: Any, version: Any) -> None:
+        """Load what _prepare_weights returned."""
         raise NotImplementedError
 
     def _receive_weights(self, update_info: dict, version: Any) -> None:

@@ -187,14 +187,18 @@ class HFEngine(Engine):
 
     # --- weights ---------------------------------------------------------------------------
 
-    def _load_weights(self, weights: Weights, version: Any) -> None:
-        import torch
-
+    def _prepare_weights(self, weights: Weights) -> dict:
         tensors = load_update(weights, self._specs)
         state = self.hf.state_dict()
         missing = [n for n in tensors if n not in state]
         if missing:
             raise untouched(f"weight {missing[0]!r} is not a parameter of the loaded model")
+        return tensors
+
+    def _load_weights(self, tensors: dict, version: Any) -> None:
+        import torch
+
+        state = self.hf.state_dict()
         with torch.no_grad():
             for n, t in tensors.items():
                 state[n].copy_(t.to(state[n].device))

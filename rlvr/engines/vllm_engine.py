@@ -349,7 +349,8 @@ class VLLMEngine(Engine):
 
     # --- weights ---------------------------------------------------------------------------
 
-    def _load_weights(self, weights: Weights, version: Any) -> None:
+    def _prepare_weights(self, weights: Weights) -> tuple[bytes | None, str | None]:
+        """(safetensors blob, None) or (None, a checkpoint path), checked against the model's specs."""
         if isinstance(weights, (str, os.PathLike)):
             path = checkpoint.resolve(str(weights), tokenizer="-") if os.path.isdir(weights) else str(weights)
             if not os.path.exists(path):
@@ -367,6 +368,10 @@ class VLLMEngine(Engine):
             from safetensors.torch import save
 
             blob, wpath = save(unshared(tensors)), None
+        return blob, wpath
+
+    def _load_weights(self, weights: tuple[bytes | None, str | None], version: Any) -> None:
+        blob, wpath = weights
         versions = self.llm.collective_rpc("rlvr_load_weights", timeout=self.options.sync_timeout_s,
                                        args=(blob, wpath, version))
         if len(versions) != self.options.tensor_parallel_size or any(v != version for v in versions):
