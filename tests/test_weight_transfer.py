@@ -6,6 +6,7 @@ vLLM's NCCL engines; it needs GPUs and is not run here."""
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 from concurrent.futures import ThreadPoolExecutor
@@ -224,3 +225,36 @@ def test_a_layer_that_failed_to_load_is_not_silenced_but_the_tied_head_is(caplog
     layers = [r.args[0] for r in caplog.records if r.name == name]
     assert layers == ["QKVParallelLinear", "ParallelLMHead"]
     assert not log.filters   # removed after the load
+
+
+def test_an_update_the_engine_did_not_load_as_sent_fails(vllm_engine, tiny_model_dir, monkeypatch):
+    """After every load the worker reads parameters back (rlvr.engines.vllm_worker.READ_BACK)
+    and compares them with what was sent: a load that dropped them fails the update, names the
+    parameter, and the engine refuses to generate until an update succeeds."""
+    from safetensors.torch import load_file
+
+    from rlvr.engines.vllm_worker import READ_BACK
+
+    sd = load_file(os.path.join(tiny_model_dir, "model.safetensors"))
+    ok = {k: v + 0.01 for k, v in sd.items()}
+    try:
+        vllm_engine.update_weights(ok, version=3)   # read back and equal
+        assert vllm_engine.version == 3 and vllm_engine.health()["ok"]
+        # the weights as vLLM's reload sees them, with the final norm's values lost on the way
+        import rlvr.engines.vllm_worker as worker
+
+        real_iter = worker._ReadBack.__iter__
+
+        def lossy(self):
+            for name, t in real_iter(self):
+                yield (name, t * 0) if name == "model.norm.weight" else (name, t)
+
+        monkeypatch.setattr(worker._ReadBack, "__iter__", lossy)
+        with pytest.raises(Exception, match="model.norm.weight"):
+            vllm_engine.update_weights(ok, version=4)
+        assert not vllm_engine.health()["ok"]
+        assert "model.norm.weight" in READ_BACK
+    finally:
+        monkeypatch.undo()
+        vllm_engine.update_weights(tiny_model_dir, version=None)
+    assert vllm_engine.health()["ok"]

@@ -61,6 +61,45 @@ def _quiet_layerwise(worker=None):
         log.removeFilter(quiet)
 
 
+# Parameters read back after every load and compared with what was sent: stored by vLLM under
+# the checkpoint's own name and layout (no fused or repacked kernel), so the model's tensor
+# must equal the one given, cast to its dtype.
+READ_BACK = ("model.embed_tokens.weight", "model.norm.weight", "model.layers.0.input_layernorm.weight")
+
+
+class _ReadBack:
+    """Keeps what the update gives for the READ_BACK names as it streams past, then compares it
+    with what the model holds after the load: bytes received but not loaded (a load that
+    skipped or misplaced them) fail the update, naming the parameter."""
+
+    def __init__(self, weights):
+        self.weights, self.sent = weights, {}
+
+    def __iter__(self):
+        for name, t in self.weights:
+            if name in READ_BACK:
+                self.sent[name] = t.detach().clone()
+            yield name, t
+
+    def check(self, model) -> None:
+        import torch
+
+        params = dict(model.named_parameters())
+        for name, want in self.sent.items():
+            got = params.get(name)
+            if got is None:
+                continue
+            got = got.detach()
+            if got.shape != want.shape:
+                # a vocabulary padded to vLLM's multiple (extra rows after the real ones) compares
+                # on the real rows; a tensor-parallel shard (fewer rows) is not compared
+                if got.dim() != want.dim() or got.shape[1:] != want.shape[1:] or got.shape[0] < want.shape[0]:
+                    continue
+                got = got[: want.shape[0]]
+            if not torch.equal(got.cpu(), want.to(got.dtype).cpu()):
+                raise RuntimeError(f"the weights loaded differ from those sent: {name} (read back after the load)")
+
+
 try:  # the gloo transport of rlvr.engines.transfer, known to this worker's vLLM factories
     from rlvr.engines.transfer import register as _register_transports
 
@@ -83,9 +122,11 @@ class WeightSync:
         else:
             raise ValueError("rlvr_load_weights needs a blob or a path")
         reload = getattr(self, "reload_weights", None) or self.model_runner.reload_weights
+        probe = _ReadBack(weights)
         with _quiet_layerwise(self):
-            reload(weights_iterator=weights, is_checkpoint_format=True)
+            reload(weights_iterator=iter(probe), is_checkpoint_format=True)
         self._rlvr_refresh_tied_head()
+        probe.check(self.model_runner.get_model())
         self._rlvr_version = version
         return version
 
@@ -100,10 +141,13 @@ class WeightSync:
         real = model.load_weights
         acc = Checksum()
 
+        probe = self._rlvr_probe = getattr(self, "_rlvr_probe", None) or _ReadBack(())
+
         def load_weights(weights, *args, **kwargs):
             weights = list(weights)
             acc.add_all(weights)
-            return real(weights, *args, **kwargs)
+            probe.weights = weights
+            return real(list(probe), *args, **kwargs)
 
         model.load_weights = load_weights   # this update only: the instance attribute shadows the method
         try:
@@ -118,6 +162,9 @@ class WeightSync:
         with _quiet_layerwise(self):
             self.finish_weight_update()
         self._rlvr_refresh_tied_head()
+        probe, self._rlvr_probe = getattr(self, "_rlvr_probe", None), None
+        if probe is not None:
+            probe.check(self.model_runner.get_model())
         self._rlvr_version = version
         return version
 
