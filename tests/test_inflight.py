@@ -284,10 +284,10 @@ def _stream_with_update(eng, prompts, update):
 @pytest.mark.parametrize("failing", ["pause", "check", "load"])
 def test_a_failed_in_flight_update_resumes_generation_and_names_its_cause(vllm_mp_engine, tiny_model_dir,
                                                                          monkeypatch, failing):
-    """A pause that fails, weights refused before loading, or a load that fails half-way: the
-    scheduler is resumed (the stream's requests all finish instead of waiting forever), the
-    error names the stage and the cause; only the half-way load leaves the engine refusing to
-    generate until an update succeeds."""
+    """A pause that fails, weights refused (before generation pauses), or a load that fails
+    half-way: the stream's requests all finish instead of waiting forever, the error names the
+    stage and the cause; only the half-way load leaves the engine refusing to generate until an
+    update succeeds."""
     from rlvr.engines import EngineError
 
     eng = vllm_mp_engine
@@ -318,10 +318,12 @@ def test_a_failed_in_flight_update_resumes_generation_and_names_its_cause(vllm_m
         assert sorted(got) == [0, 1, 2, 3] and all(r.samples[0].finish_reason for r in got.values())
         assert len(errors) == 1 and isinstance(errors[0], EngineError), errors
         msg = str(errors[0])
-        stage, cause = {"pause": ("pausing generation failed", "TimeoutError: the engine core did not answer"),
-                        "check": ("loading the weights failed", "missing"),
-                        "load": ("loading the weights failed", "RuntimeError: worker lost mid-load")}[failing]
-        assert stage in msg and cause in msg and "generation resumed" in msg and "version 7" in msg, msg
+        if failing == "check":   # refused while it is prepared, before generation pauses
+            assert "partial weight update refused" in msg and "missing" in msg, msg
+        else:
+            stage, cause = {"pause": ("pausing generation failed", "TimeoutError: the engine core did not answer"),
+                            "load": ("loading the weights failed", "RuntimeError: worker lost mid-load")}[failing]
+            assert stage in msg and cause in msg and "generation resumed" in msg and "version 7" in msg, msg
         assert eng.version is None
         assert eng.health()["ok"] is (failing != "load"), eng.health()
     finally:
