@@ -305,3 +305,12 @@ def test_system_prompt_with_and_without_a_chat_template():
     port = port_config(cfg)
     assert "system" not in port.config["data"]
     assert any(e.their == "data_iter.system_prompt" and e.kind == "unmapped" for e in port.entries)
+
+
+@pytest.mark.parametrize("name", ["qwen3-1.7B-gsm8k-grpo-adaptive.yaml"])
+def test_adaptive_sampling_maps_to_rollout_adaptive(name, tmp_path):
+    port, ours = ported(name, tmp_path)
+    a = ours.rollout.adaptive
+    assert (a.max_n, a.k_pos, a.k_neg, a.chunk) == (64, 2, 2, 8) and ours.rollout.n == 16
+    assert any(e.their == "training.adaptive_sampling" and e.kind == "mapped" for e in port.entries)
+    check(ours)   # rlvr-train accepts it

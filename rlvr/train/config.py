@@ -208,6 +208,10 @@ def check(cfg: TrainConfig) -> list[str]:
         if n < 1 or n < (cfg.dapo.overlong_buffer or 0):
             raise ConfigError(f"rollout.max_tokens_by_dataset.{name}: must be >= 1 and >= dapo.overlong_buffer "
                               f"({cfg.dapo.overlong_buffer}), got {n}")
+    if r.adaptive.max_n:
+        from rlvr.train.adaptive import check_config
+
+        check_config(cfg)
     warnings = _check_modes(cfg)
     if r.top_p < 1.0 or r.top_k not in (-1, 0):
         warnings.append("rollout.top_p < 1 or top_k set: truncated sampling biases the importance ratio "

@@ -156,7 +156,7 @@ class EngineFleet:
         return {"n": r.n, "temperature": r.temperature, "top_p": r.top_p, "top_k": r.top_k,
                 "max_tokens": r.max_tokens, "stop": list(r.stop)}
 
-    def launch(self, rnd: Round) -> None:
+    def launch(self, rnd: Round, n: int | None = None, offset: int = 0) -> None:
         """Send a round's prompts to the engines (prompt i to engine i mod E); prompts too long
         for the engines' context are kept back, as rlvr-rollout does."""
         items = []
@@ -167,21 +167,24 @@ class EngineFleet:
                 continue
             items.append((rec, ep, ids, prompt_stops(rec, self.cfg.rollout.stop)))
         ne = len(self.engines)
-        rnd.chunks = [self.submit(e, items[e::ne]) for e in range(ne) if items[e::ne]]
+        rnd.chunks = [self.submit(e, items[e::ne], n, offset) for e in range(ne) if items[e::ne]]
 
-    def submit(self, e: int, items) -> Chunk:
-        seeds = [prompt_seed(self.cfg.rollout.seed, rec["id"], ep) for rec, ep, _, _ in items]
+    def submit(self, e: int, items, n: int | None = None, offset: int = 0) -> Chunk:
+        """Send prompts to engine e: rollout.n samples each, or n of them seeded from sample `offset` on
+        (adaptive sampling's later rounds: rlvr.train.adaptive)."""
+        seeds = [prompt_seed(self.cfg.rollout.seed, rec["id"], ep) + offset for rec, ep, _, _ in items]
         if not self.cfg.rollout.seeded:
             seeds = None
         lengths = [prompt_max_tokens(rec, self.cfg.rollout.max_tokens) for rec, _, _, _ in items]
         # in flight the engine takes the call at once: it starts once the weights sent last are in
-        ref = self.engines[e].generate.remote([ids for _, _, ids, _ in items], self.sampling(), seeds,
+        sampling = self.sampling() if n is None else {**self.sampling(), "n": n}
+        ref = self.engines[e].generate.remote([ids for _, _, ids, _ in items], sampling, seeds,
                                               [stops for _, _, _, stops in items],
                                               [self.end_of_turn if isinstance(rec.get("prompt"), list) else []
                                                for rec, _, _, _ in items],
                                               self.synced_version if self.in_flight else None,
                                               lengths if any(n != self.cfg.rollout.max_tokens for n in lengths) else None)
-        chunk = Chunk(e, ref, items, time.monotonic(), self.engines[e])
+        chunk = Chunk(e, ref, items, time.monotonic(), self.engines[e], n, offset)
         self.outstanding.add(chunk)
         return chunk
 
@@ -218,7 +221,7 @@ class EngineFleet:
                         if current:  # else: queued on an engine already replaced, just resend
                             self.restart_engine(c.engine, f"failed ({type(ex).__name__})")
                         self.faults.add("requeued_prompts", len(c.items))
-                        nxt.append(self.submit(c.engine, c.items))
+                        nxt.append(self.submit(c.engine, c.items, c.n, c.offset))
                         continue
                     self.last_done[c.engine] = now
                     times.engine_busy += res["seconds"]
@@ -236,10 +239,10 @@ class EngineFleet:
                     self.outstanding.discard(c)
                     self.restart_engine(c.engine, f"gave no answer in {limit:.0f}s")
                     self.faults.add("requeued_prompts", len(c.items))
-                    nxt.append(self.submit(c.engine, c.items))
+                    nxt.append(self.submit(c.engine, c.items, c.n, c.offset))
                 elif not current:
                     self.faults.add("requeued_prompts", len(c.items))
-                    nxt.append(self.submit(c.engine, c.items))
+                    nxt.append(self.submit(c.engine, c.items, c.n, c.offset))
                 else:
                     nxt.append(c)
             pending = nxt
