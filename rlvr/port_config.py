@@ -691,9 +691,12 @@ def _steps(p: Port) -> None:
         p.map("training.completions_per_micro_batch", {"train.micro_batch_size": cpm}, value=cpm)
     _adaptive(p, t, n)
     if t.get("abort_in_flight") is not None:
-        if t["abort_in_flight"]:
-            p.unmap("training.abort_in_flight", "rlvr never aborts generations in flight at a weight sync; "
-                    "train.max_staleness bounds how stale their samples may be", True)
+        if t["abort_in_flight"] and int(t.get("max_staleness") or 0) >= 1:
+            p.map("training.abort_in_flight", {"sync.abort_in_flight": "resubmit"},
+                  "generations on older weights at a sync are aborted and sent again", True)
+        elif t["abort_in_flight"]:
+            p.imply("training.abort_in_flight", "with max_staleness 0 nothing generates at a weight sync in rlvr: "
+                    "nothing to abort", True)
         else:
             p.imply("training.abort_in_flight", "generations in flight finish (rlvr's behaviour)", False)
     for key, value, why in (("alpha_grpo", 1.0, "the RL loss at weight 1"),):

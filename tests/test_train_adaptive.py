@@ -140,3 +140,47 @@ def test_adaptive_sampling_with_max_staleness_1(ray_session, base_model, tmp_pat
     run(cfg, tmp_path)
     rows = check_adaptive_trace(tmp_path, steps)
     assert all(r["staleness/max"] <= 1 for r in rows)
+
+
+# -- generations that cannot hold a step hostage (the engine actor's side, without Ray) ----------
+
+SAMPLING = {"n": 2, "temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_tokens": 8}
+
+
+def test_an_engine_call_stops_at_a_newer_version_or_its_deadline_after_one_engine_step(tiny_model_dir):
+    """The transformers engine generates one prompt per engine step: a call told that newer weights are coming
+    (abort_generation, sync.abort_in_flight) or past rollout.timeout_s finishes its first prompt and returns the
+    rest unfinished, as aborted or as timeouts; an older version told, or no limit, changes nothing."""
+    from rlvr.train.actors import EngineActor
+
+    actor = EngineActor(tiny_model_dir, "hf", {"dtype": "float32", "max_model_len": 512})
+    prompts = [[5, 6, 7], [8, 9], [10, 11, 12], [13]]
+    seeds = [1, 2, 3, 4]
+    full = actor.generate(prompts, SAMPLING, seeds, abortable=True)
+    assert full["aborted"] == [] and full["timeouts"] == [] and all(len(s) == 2 for s in full["samples"])
+    actor.abort_generation(1)                        # weights of version 1 are on their way; the engine holds 0
+    out = actor.generate(prompts, SAMPLING, seeds, abortable=True)
+    assert out["aborted"] == [1, 2, 3] and out["timeouts"] == []
+    assert out["samples"][0] == full["samples"][0] and out["samples"][1:] == [[], [], []]
+    assert actor.generate(prompts, SAMPLING, seeds)["aborted"] == []      # not abortable: runs to the end
+    actor.version = 1                                                    # the update landed
+    assert actor.generate(prompts, SAMPLING, seeds, abortable=True)["aborted"] == []
+    out = actor.generate(prompts, SAMPLING, seeds, timeout_s=1e-9)
+    assert out["timeouts"] == [1, 2, 3] and out["aborted"] == [] and out["samples"][0] == full["samples"][0]
+
+
+def test_abort_in_flight_and_timeout_s_config():
+    def cfg(*sets):
+        return load_config(TrainConfig, None, list(sets))
+
+    assert cfg("sync.abort_in_flight=true").sync.abort_in_flight == "resubmit"      # the users' boolean
+    assert cfg("sync.abort_in_flight=false").sync.abort_in_flight == "off"
+    check(cfg("sync.abort_in_flight=drop", "train.max_staleness=1"))
+    for sets, match in ((["sync.abort_in_flight=resubmit"], "max_staleness"),
+                        (["sync.abort_in_flight=resubmit", "train.max_staleness=1", "sync.mode=in_flight"], "in_flight"),
+                        (["sync.abort_in_flight=sometimes", "train.max_staleness=1"], "expected off"),
+                        (["rollout.timeout_s=0"], "timeout_s"),
+                        (["rollout.timeout_s=5", "sync.mode=in_flight", "train.max_staleness=1"], "between_rounds")):
+        with pytest.raises(ConfigError, match=match):
+            check(cfg(*sets))
+    check(cfg("rollout.timeout_s=30"))

@@ -208,6 +208,15 @@ def check(cfg: TrainConfig) -> list[str]:
         if n < 1 or n < (cfg.dapo.overlong_buffer or 0):
             raise ConfigError(f"rollout.max_tokens_by_dataset.{name}: must be >= 1 and >= dapo.overlong_buffer "
                               f"({cfg.dapo.overlong_buffer}), got {n}")
+    if r.timeout_s is not None and (not r.timeout_s > 0 or cfg.sync.mode != "between_rounds"):
+        raise ConfigError(f"rollout.timeout_s {r.timeout_s}: must be > 0 (or null), and needs sync.mode "
+                          f"between_rounds (in_flight requests share a running batch), got {cfg.sync.mode}")
+    if cfg.sync.abort_in_flight not in ("off", "resubmit", "drop"):
+        raise ConfigError(f"sync.abort_in_flight: expected off, resubmit or drop, got {cfg.sync.abort_in_flight!r}")
+    if cfg.sync.abort_in_flight != "off" and (cfg.sync.mode != "between_rounds" or t.max_staleness < 1):
+        raise ConfigError(f"sync.abort_in_flight {cfg.sync.abort_in_flight}: needs sync.mode between_rounds with "
+                          f"train.max_staleness >= 1 (got {cfg.sync.mode}, {t.max_staleness}): nothing else runs "
+                          "on older weights at a sync")
     if r.adaptive.max_n:
         from rlvr.train.adaptive import check_config
 

@@ -137,6 +137,11 @@ class RolloutConfig:
     (also the reference of its overlong punishment); a record's own `max_tokens` counts the same way.
     A key may name one kind of rows of a mixed dataset, as its records' `dataset` does:
     {allenai/gsm8k: 512, allenai/math: 1024} (the dataset's own key holds for its other kinds)."""
+    timeout_s: float | None = None
+    """Per prompt group: one still generating this many seconds after its engine started the generate call is
+    aborted (the engine's own abort), recorded in traces/rollouts.jsonl with generation.status `timeout` and left
+    out of the loss; the step goes on without it (faults/timeout_prompts). null = no limit. Not the hang detector
+    sync.generate_timeout_s (which restarts an engine that gives no answer). sync.mode between_rounds only."""
     adaptive: AdaptiveConfig = field(default_factory=AdaptiveConfig)
     """Adaptive sampling (see AdaptiveConfig); off unless adaptive.max_n is set."""
 
@@ -206,9 +211,24 @@ class SyncConfig:
     bucket_mb: float | None = None
     """Bucket size of the nccl/gloo broadcast in MiB (vLLM's NCCL transport keeps two in flight); null: 512 MiB
     or the largest tensor if larger (the embedding: 594 MiB at Qwen3-1.7B), so every tensor fits one bucket."""
+    abort_in_flight: str = "off"
+    """At a weight sync, generate calls still running (or queued) on older weights: off (they finish on the weights
+    they started with), resubmit (aborted after their engine's next step, their unfinished prompts sent again, to
+    generate with the new weights) or drop (recorded with generation.status aborted, out of the loss). Counts:
+    faults/aborted_in_flight, faults/resubmitted_in_flight, faults/dropped_in_flight. Only sync.mode between_rounds with
+    train.max_staleness > 0, where rounds run ahead while a step trains (in_flight moves running requests onto the
+    new weights already; at staleness 0 nothing runs at a sync); the users' `abort_in_flight: true` is resubmit."""
     every_steps: int = 1
     """Send the weights to the engines after every k-th step only (the engines hold version v - v mod k),
     and after a validated step; needs train.max_staleness >= k - 1."""
+
+    @staticmethod
+    def normalize_config(data: dict, where: str) -> dict:
+        """abort_in_flight true/false (the users' form) -> resubmit/off."""
+        v = data.get("abort_in_flight")
+        if isinstance(v, bool):
+            data = {**data, "abort_in_flight": "resubmit" if v else "off"}
+        return data
 
 
 @dataclass

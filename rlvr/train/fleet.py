@@ -109,7 +109,9 @@ class EngineFleet:
         # sampling round); the rest of the threads keep weight updates from ever queueing behind them.
         calls = max(32, self.cfg.train.max_staleness + 16)
         kv, calls = (self.cfg.sync.in_flight_kv, calls) if self.in_flight else (None, 1)
-        return ray.remote(max_restarts=0, max_concurrency=calls, **res)(EngineActor).options(name=name).remote(
+        # sync.abort_in_flight: abort_generation runs beside a generate call, in a concurrency group of its own
+        groups = {"concurrency_groups": {"signal": 1}} if self.cfg.sync.abort_in_flight != "off" else {}
+        return ray.remote(max_restarts=0, max_concurrency=calls, **groups, **res)(EngineActor).options(name=name).remote(
             model, r.engine, self.options(), actor_env(), kv)
 
     def start(self, base) -> dict:
@@ -183,7 +185,8 @@ class EngineFleet:
                                               [self.end_of_turn if isinstance(rec.get("prompt"), list) else []
                                                for rec, _, _, _ in items],
                                               self.synced_version if self.in_flight else None,
-                                              lengths if any(n != self.cfg.rollout.max_tokens for n in lengths) else None)
+                                              lengths if any(n != self.cfg.rollout.max_tokens for n in lengths) else None,
+                                              self.cfg.rollout.timeout_s, self.cfg.sync.abort_in_flight != "off")
         chunk = Chunk(e, ref, items, time.monotonic(), self.engines[e], n, offset)
         self.outstanding.add(chunk)
         return chunk
@@ -226,7 +229,18 @@ class EngineFleet:
                     self.last_done[c.engine] = now
                     times.engine_busy += res["seconds"]
                     errors = res.get("errors") or {}
+                    again = self.aborted(c, res.get("aborted") or (), traces, version)
+                    if again is not None:
+                        nxt.append(again)
+                    for j in res.get("timeouts") or ():   # rollout.timeout_s: aborted, out of the loss
+                        rec, ep, ids, _ = c.items[j]
+                        self.faults.add("timeout_prompts")
+                        traces.rollout(unusable_record(rec, ep, version, "timeout",
+                                                       f"still generating {self.cfg.rollout.timeout_s:g}s after its "
+                                                       f"engine started the call (rollout.timeout_s): aborted", len(ids)))
                     for j, ((rec, ep, ids, _), samples) in enumerate(zip(c.items, res["samples"])):
+                        if j in (res.get("timeouts") or ()) or j in (res.get("aborted") or ()):
+                            continue
                         if j in errors:  # this request failed, the engine did not
                             self.faults.add("failed_prompts")
                             traces.rollout(unusable_record(rec, ep, version, "generation_error", errors[j], len(ids)))
@@ -247,6 +261,33 @@ class EngineFleet:
                     nxt.append(c)
             pending = nxt
         return [out[i] for i in sorted(out)]
+
+    def abort_stale(self, version: int) -> int:
+        """sync.abort_in_flight, as the weights of `version` are sent: the engines with calls not yet
+        collected stop those generating with older weights (rlvr.train.actors.EngineActor.abort_generation);
+        returns how many engines were told."""
+        if self.cfg.sync.abort_in_flight == "off":
+            return 0
+        actors = {id(c.actor): c.actor for c in self.outstanding if c.actor is not None}
+        for a in actors.values():
+            a.abort_generation.options(concurrency_group="signal").remote(version)
+        return len(actors)
+
+    def aborted(self, c: Chunk, idx, traces, version: int) -> Chunk | None:
+        """A call's prompts stopped by sync.abort_in_flight: sent again (resubmit: they queue behind the
+        weight update, so they generate with the new weights) or recorded with status aborted (drop)."""
+        if not idx:
+            return None
+        self.faults.add("aborted_in_flight", len(idx))
+        items = [c.items[j] for j in idx]
+        if self.cfg.sync.abort_in_flight == "resubmit":
+            self.faults.add("resubmitted_in_flight", len(items))
+            return self.submit(c.engine, items, c.n, c.offset)
+        for rec, ep, ids, _ in items:
+            self.faults.add("dropped_in_flight")
+            traces.rollout(unusable_record(rec, ep, version, "aborted", "still generating at a weight sync "
+                                           "(sync.abort_in_flight drop)", len(ids)))
+        return None
 
     # -- replacing engines ------------------------------------------------------------------
 
