@@ -1,6 +1,9 @@
-"""Adaptive sampling (rlvr.train.adaptive) on hand-made verdicts, without engines: the balanced
-seeded draw, the stopping rule, the drop rule, the seeds of later rounds, the config's bounds;
-then tiny CPU runs through rlvr-train (synchronous and with max_staleness 1)."""
+"""The sampling side of rlvr-train. Adaptive sampling (rlvr.train.adaptive) on hand-made verdicts,
+without engines: the balanced seeded draw, the stopping rule, the drop rule, the seeds of later
+rounds, the config's bounds; then tiny CPU runs through rlvr-train (synchronous and with
+max_staleness 1). Generations that cannot hold a step hostage: an engine actor's call stopped by
+rollout.timeout_s or by sync.abort_in_flight, and the driver's resubmission or drop of what it
+stopped (the end-to-end timeout run is in test_train_faults.py)."""
 
 from __future__ import annotations
 
@@ -184,3 +187,69 @@ def test_abort_in_flight_and_timeout_s_config():
         with pytest.raises(ConfigError, match=match):
             check(cfg(*sets))
     check(cfg("rollout.timeout_s=30"))
+
+
+class _Remote:
+    def __init__(self, log: list, name: str):
+        self.log, self.name = log, name
+
+    def options(self, **kw):
+        self.log.append((self.name, "options", kw))
+        return self
+
+    def remote(self, *args):
+        self.log.append((self.name, args))
+        return f"ref-{len(self.log)}"
+
+
+class _Engine:
+    def __init__(self, log: list):
+        self.generate = _Remote(log, "generate")
+        self.abort_generation = _Remote(log, "abort_generation")
+
+
+class _Traces:
+    def __init__(self):
+        self.rows: list = []
+
+    def rollout(self, row: dict) -> None:
+        self.rows.append(row)
+
+
+@pytest.mark.parametrize("mode", ["resubmit", "drop"])
+def test_abort_in_flight_tells_the_busy_engines_and_resubmits_or_drops_what_they_stopped(mode):
+    """The driver's side (rlvr.train.fleet) with stand-in engine actors: at a sync the engines with calls not yet
+    collected are told the new version (in the signal concurrency group); the prompts a call returns as aborted are
+    sent again to the same engine with the same sample count and seeds (resubmit) or recorded as aborted (drop)."""
+    from rlvr.train.fleet import EngineFleet
+    from rlvr.train.metrics import Faults
+    from rlvr.train.prompts import Chunk
+
+    cfg = load_config(TrainConfig, None, [f"sync.abort_in_flight={mode}", "train.max_staleness=1"])
+    log: list = []
+    fleet = EngineFleet(cfg, None, Faults())
+    fleet.engines = [_Engine(log), _Engine(log)]
+    items = [({"id": f"p{i}", "prompt": "q"}, 0, [5, 6], []) for i in range(4)]
+    busy = Chunk(1, "r", items, 0.0, fleet.engines[1], 4, 8)
+    fleet.outstanding = {busy}
+    assert fleet.abort_stale(3) == 1
+    assert log == [("abort_generation", "options", {"concurrency_group": "signal"}), ("abort_generation", (3,))]
+    log.clear()
+    traces = _Traces()
+    assert fleet.aborted(busy, [], traces, 3) is None and fleet.faults["aborted_in_flight"] == 0
+    again = fleet.aborted(busy, [1, 3], traces, 3)
+    assert fleet.faults["aborted_in_flight"] == 2
+    if mode == "resubmit":
+        assert again.engine == 1 and again.items == [items[1], items[3]] and (again.n, again.offset) == (4, 8)
+        (name, args), = log
+        seeds = args[2]
+        from rlvr.engines.base import prompt_seed
+        assert name == "generate" and args[1]["n"] == 4
+        assert seeds == [prompt_seed(cfg.rollout.seed, k, 0) + 8 for k in ("p1", "p3")]
+        assert fleet.faults["resubmitted_in_flight"] == 2 and not traces.rows
+    else:
+        assert again is None and not log and fleet.faults["dropped_in_flight"] == 2
+        assert [(r["id"], r["generation"]["status"]) for r in traces.rows] == [("p1", "aborted"), ("p3", "aborted")]
+    off = EngineFleet(load_config(TrainConfig, None, []), None, Faults())
+    off.outstanding = {busy}
+    assert off.abort_stale(3) == 0
