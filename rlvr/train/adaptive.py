@@ -19,17 +19,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
-def check_config(cfg) -> None:
-    """rollout.adaptive's bounds (a ConfigError names the key)."""
-    from rlvr.errors import ConfigError
-
-    a, n = cfg.rollout.adaptive, cfg.rollout.n
-    if a.max_n < n:
-        raise ConfigError(f"rollout.adaptive.max_n {a.max_n}: must be >= rollout.n ({n}), or 0 (off)")
-    if a.k_pos < 0 or a.k_neg < 0 or (a.chunk is not None and a.chunk < 1):
-        raise ConfigError("rollout.adaptive.k_pos and k_neg must be >= 0, chunk >= 1 (or null)")
-
-
 def success(reward: float) -> bool:
     """A completion counts as a success when its reward is positive (a failure otherwise)."""
     return reward > 0

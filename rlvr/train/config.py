@@ -217,10 +217,11 @@ def check(cfg: TrainConfig) -> list[str]:
         raise ConfigError(f"sync.abort_in_flight {cfg.sync.abort_in_flight}: needs sync.mode between_rounds with "
                           f"train.max_staleness >= 1 (got {cfg.sync.mode}, {t.max_staleness}): nothing else runs "
                           "on older weights at a sync")
-    if r.adaptive.max_n:
-        from rlvr.train.adaptive import check_config
-
-        check_config(cfg)
+    a = r.adaptive
+    if a.max_n and a.max_n < r.n:
+        raise ConfigError(f"rollout.adaptive.max_n {a.max_n}: must be >= rollout.n ({r.n}), or 0 (off)")
+    if a.max_n < 0 or a.k_pos < 0 or a.k_neg < 0 or (a.chunk is not None and a.chunk < 1):
+        raise ConfigError("rollout.adaptive.max_n, k_pos and k_neg must be >= 0, chunk >= 1 (or null)")
     warnings = _check_modes(cfg)
     if r.top_p < 1.0 or r.top_k not in (-1, 0):
         warnings.append("rollout.top_p < 1 or top_k set: truncated sampling biases the importance ratio "
