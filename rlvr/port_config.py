@@ -384,8 +384,6 @@ UNMAPPED: dict[str, str] = {
     "training.resume_step": "rlvr-train --resume RUN_DIR resumes from the run's newest checkpoint",
     "training.rollout_timeout_s": "their per-request timeout drops a slow prompt; rlvr's sync.generate_timeout_s "
                                   "(a round's wall-clock limit, default 1800 s) stops the run instead: keep it",
-    "training.adaptive_sampling": "adaptive sampling (more completions until k successes or failures) has no "
-                                  "equivalent; dapo.dynamic_sampling draws more prompts instead",
     "verifier.max_concurrent": "Docker containers per worker: rlvr's code sandbox runs one check at a time per "
                                "pool worker (verify.jobs)",
     "roles.trainer.config.parallelism.tensor_parallel_degree": "rlvr's trainer shards with FSDP "
@@ -691,10 +689,14 @@ def _steps(p: Port) -> None:
               "their smallest micro-batch (the one their longest sequences needed)", cpm)
     elif isinstance(cpm, int):
         p.map("training.completions_per_micro_batch", {"train.micro_batch_size": cpm}, value=cpm)
+    _adaptive(p, t, n)
     if t.get("abort_in_flight") is not None:
-        if t["abort_in_flight"]:
-            p.unmap("training.abort_in_flight", "rlvr never aborts generations in flight at a weight sync; "
-                    "train.max_staleness bounds how stale their samples may be", True)
+        if t["abort_in_flight"] and int(t.get("max_staleness") or 0) >= 1:
+            p.map("training.abort_in_flight", {"sync.abort_in_flight": "resubmit"},
+                  "generations on older weights at a sync are aborted and sent again", True)
+        elif t["abort_in_flight"]:
+            p.imply("training.abort_in_flight", "with max_staleness 0 nothing generates at a weight sync in rlvr: "
+                    "nothing to abort", True)
         else:
             p.imply("training.abort_in_flight", "generations in flight finish (rlvr's behaviour)", False)
     for key, value, why in (("alpha_grpo", 1.0, "the RL loss at weight 1"),):
@@ -706,6 +708,24 @@ def _steps(p: Port) -> None:
             else:
                 p.unmap(f"training.{key}", "rlvr weighs the RL loss 1 (the extra losses carry their own weights)",
                         t[key])
+
+
+def _adaptive(p: Port, t: dict, n: int) -> None:
+    """training.adaptive_sampling {k_success, k_failure, max_completions, chunk_size} -> rollout.adaptive
+    (rlvr.train.adaptive). Their first round is chunk_size completions, rlvr's rollout.n (the group the loss sees);
+    their max_total_tokens has no counterpart."""
+    a = t.get("adaptive_sampling")
+    if not isinstance(a, dict) or not a:
+        return
+    max_n = int(a.get("max_completions") or n)
+    ours = {"rollout.adaptive.max_n": max(max_n, n), "rollout.adaptive.k_pos": int(a.get("k_success") or 0),
+            "rollout.adaptive.k_neg": int(a.get("k_failure") or 0)}
+    if a.get("chunk_size"):
+        ours["rollout.adaptive.chunk"] = int(a["chunk_size"])
+    why = "more completions per prompt until k successes and k failures, a balanced group of rollout.n for the loss"
+    if a.get("max_total_tokens") is not None:
+        why += "; their max_total_tokens (a token budget per prompt) has no counterpart: max_n bounds it"
+    p.map("training.adaptive_sampling", ours, why, a)
 
 
 def _loss(p: Port) -> None:

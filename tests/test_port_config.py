@@ -101,7 +101,8 @@ def test_mbpp_deepscaler_and_if_grpo_sft(tmp_path):
     assert deep.data.dataset == "deepscaler" and deep.data.epochs == 2 and deep.train.steps == 1_000_000
     assert deep.data.template == "Problem:\n{question}\n\nSolution:" and deep.rollout.max_tokens_by_dataset == {"deepscaler": 1024}
     assert deep.train.warmup_steps == 40 and deep.train.loss.loss_type == "grpo"
-    assert any(e.their == "training.abort_in_flight" and e.kind == "unmapped" for e in port.entries)
+    assert any(e.their == "training.abort_in_flight" and e.kind == "implied" for e in port.entries)   # staleness 0
+    assert deep.sync.abort_in_flight == "off"
     port, ifsft = ported("qwen3-1.7B-if-grpo-sft.yaml", tmp_path)
     assert ifsft.data.dataset == "if_multi" and ifsft.data.template == "plain"
     assert ifsft.rollout.max_tokens_by_dataset == {"if_multi": 2048} and ifsft.train.loss.beta == 0.001
@@ -305,3 +306,23 @@ def test_system_prompt_with_and_without_a_chat_template():
     port = port_config(cfg)
     assert "system" not in port.config["data"]
     assert any(e.their == "data_iter.system_prompt" and e.kind == "unmapped" for e in port.entries)
+
+
+@pytest.mark.parametrize("name", ["qwen3-1.7B-gsm8k-grpo-adaptive.yaml"])
+def test_adaptive_sampling_maps_to_rollout_adaptive(name, tmp_path):
+    port, ours = ported(name, tmp_path)
+    a = ours.rollout.adaptive
+    assert (a.max_n, a.k_pos, a.k_neg, a.chunk) == (64, 2, 2, 8) and ours.rollout.n == 16
+    assert any(e.their == "training.adaptive_sampling" and e.kind == "mapped" for e in port.entries)
+    check(ours)   # rlvr-train accepts it
+
+
+def test_abort_in_flight_with_staleness_maps_to_resubmit(tmp_path):
+    t = their("qwen3-1.7B-gsm8k-dapo-lr5e6-stale2.yaml")
+    t["training"]["abort_in_flight"] = True
+    port = port_config(t, source="stale2")
+    path = tmp_path / "ours.yaml"
+    path.write_text(port.yaml())
+    ours = load_config(TrainConfig, str(path), [])
+    assert ours.sync.abort_in_flight == "resubmit" and ours.train.max_staleness == 2
+    check(ours)

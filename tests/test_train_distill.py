@@ -83,3 +83,19 @@ def test_grpo_beside_self_distillation_under_a_privileged_prompt(ray_session, ba
         assert s["teacher_prompt"].startswith(s["prompt"] + " The answer is 7. ")
         assert s["teacher_prompt"].endswith("\n" + s["prompt"])
         assert "is wrong." in s["teacher_prompt"] or "No final answer was found." in s["teacher_prompt"]
+
+
+def test_teacher_model_tiny_is_built_offline_and_scores_a_gkd_step(ray_session, base_model, tmp_path, monkeypatch):
+    """teacher.model tiny builds rlvr's tiny model into the run folder (no hub: offline), with weights other than
+    the policy's, and a GKD step trains against it on the CPU."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cfg = cfg_for(base_model, *SMALL, "train.steps=2", "checkpoint.every=0", "train.distill.weight=1",
+                  "train.distill.only=true", "teacher.model=tiny", "teacher.engine=hf", "teacher.top_k=8",
+                  "teacher.engine_num_cpus=0.5")
+    run(cfg, tmp_path)
+    rows = trace(tmp_path)
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(r["distill/scored"] > 0 and r["distill/kl"] > 0 for r in rows)   # other weights: a KL to close
+    man = json.loads((tmp_path / "run.json").read_text())
+    assert man["teacher"]["model"]["path"] == str(tmp_path / "teacher_model")
+    assert (tmp_path / "teacher_model" / "config.json").exists()

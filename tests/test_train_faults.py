@@ -286,3 +286,21 @@ def test_a_signal_handlers_exception_ends_the_run_as_itself(ray_session, base_mo
     manifest = orjson.loads((tmp_path / "run.json").read_bytes())
     assert manifest["status"] == status
     assert len(trace(tmp_path)) < 50
+
+
+def test_a_prompt_group_past_rollout_timeout_s_is_aborted_recorded_and_the_run_goes_on(ray_session, base_model,
+                                                                                      tmp_path):
+    """rollout.timeout_s far below a generation: the transformers engine generates one prompt at a time, so each
+    call's first group finishes (the engine always takes one step) and the rest, still queued at the deadline, are
+    aborted: recorded with status timeout, out of the loss; both steps train on what finished."""
+    cfg = cfg_for(base_model, *SMALL, "train.steps=2", "checkpoint.every=0", "rollout.timeout_s=0.001")
+    run(cfg, tmp_path)
+    rows = trace(tmp_path)
+    assert [r["step"] for r in rows] == [1, 2]
+    rollouts = trace(tmp_path, "rollouts.jsonl")
+    timed_out = [x for x in rollouts if (x.get("generation") or {}).get("status") == "timeout"]
+    done = [x for x in rollouts if x.get("completions")]
+    assert len(done) == 2 and len(timed_out) == 2 * 7                  # one group of 8 per step finished
+    assert all(x["completions"] == [] and "rollout.timeout_s" in x["generation"]["error"] for x in timed_out)
+    assert rows[-1]["faults/timeout_prompts"] == 14
+    assert all(r["sampling/groups_trained"] == 1 for r in rows)

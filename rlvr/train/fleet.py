@@ -114,7 +114,9 @@ class EngineFleet:
         # sampling round); the rest of the threads keep weight updates from ever queueing behind them.
         calls = max(32, self.cfg.train.max_staleness + 16)
         kv, calls = (self.cfg.sync.in_flight_kv, calls) if self.in_flight else (None, 1)
-        h = ray.remote(max_restarts=0, max_concurrency=calls, concurrency_groups=OBSERVE_GROUPS,
+        # sync.abort_in_flight: abort_generation runs beside a generate call, in a concurrency group of its own
+        groups = {**OBSERVE_GROUPS, "signal": 1} if self.cfg.sync.abort_in_flight != "off" else OBSERVE_GROUPS
+        h = ray.remote(max_restarts=0, max_concurrency=calls, concurrency_groups=groups,
                        **res)(EngineActor).options(name=name).remote(model, r.engine, self.options(), actor_env(), kv)
         h.observe_as.remote(f"engine-{index}", self.cfg.log.spans)
         return h
@@ -167,7 +169,7 @@ class EngineFleet:
             out["tools"] = tools.to_dict()
         return out
 
-    def launch(self, rnd: Round, step: int | None = None) -> None:
+    def launch(self, rnd: Round, step: int | None = None, n: int | None = None, offset: int = 0) -> None:
         """Send a round's prompts to the engines (prompt i to engine i mod E); prompts too long
         for the engines' context are kept back, as rlvr-rollout does. step: the trace's step
         that will train on them (the engines' generate spans carry it)."""
@@ -179,22 +181,26 @@ class EngineFleet:
                 continue
             items.append((rec, ep, ids, prompt_stops(rec, self.cfg.rollout.stop)))
         ne = len(self.engines)
-        rnd.chunks = [self.submit(e, items[e::ne], step) for e in range(ne) if items[e::ne]]
+        rnd.chunks = [self.submit(e, items[e::ne], step, n, offset) for e in range(ne) if items[e::ne]]
 
-    def submit(self, e: int, items, step: int | None = None) -> Chunk:
-        seeds = [prompt_seed(self.cfg.rollout.seed, rec["id"], ep) for rec, ep, _, _ in items]
+    def submit(self, e: int, items, step: int | None = None, n: int | None = None, offset: int = 0) -> Chunk:
+        """Send prompts to engine e: rollout.n samples each, or n of them seeded from sample `offset` on
+        (adaptive sampling's later rounds: rlvr.train.adaptive). step: the trace's step (for spans)."""
+        seeds = [prompt_seed(self.cfg.rollout.seed, rec["id"], ep) + offset for rec, ep, _, _ in items]
         if not self.cfg.rollout.seeded:
             seeds = None
         lengths = [prompt_max_tokens(rec, self.cfg.rollout.max_tokens) for rec, _, _, _ in items]
         # in flight the engine takes the call at once: it starts once the weights sent last are in
-        ref = self.engines[e].generate.remote([ids for _, _, ids, _ in items], self.sampling(), seeds,
+        sampling = self.sampling() if n is None else {**self.sampling(), "n": n}
+        ref = self.engines[e].generate.remote([ids for _, _, ids, _ in items], sampling, seeds,
                                               [stops for _, _, _, stops in items],
                                               [self.end_of_turn if isinstance(rec.get("prompt"), list) else []
                                                for rec, _, _, _ in items],
                                               self.synced_version if self.in_flight else None,
                                               lengths if any(n != self.cfg.rollout.max_tokens for n in lengths) else None,
-                                              step, [rec.get("id") for rec, _, _, _ in items])
-        chunk = Chunk(e, ref, items, time.monotonic(), self.engines[e])
+                                              step, [rec.get("id") for rec, _, _, _ in items],
+                                              self.cfg.rollout.timeout_s, self.cfg.sync.abort_in_flight != "off")
+        chunk = Chunk(e, ref, items, time.monotonic(), self.engines[e], n, offset)
         self.outstanding.add(chunk)
         return chunk
 
@@ -231,12 +237,23 @@ class EngineFleet:
                         if current:  # else: queued on an engine already replaced, just resend
                             self.restart_engine(c.engine, f"failed ({type(ex).__name__})")
                         self.faults.add("requeued_prompts", len(c.items))
-                        nxt.append(self.submit(c.engine, c.items, version))
+                        nxt.append(self.submit(c.engine, c.items, version, c.n, c.offset))
                         continue
                     self.last_done[c.engine] = now
                     times.engine_busy += res["seconds"]
                     errors = res.get("errors") or {}
+                    again = self.aborted(c, res.get("aborted") or (), traces, version)
+                    if again is not None:
+                        nxt.append(again)
+                    for j in res.get("timeouts") or ():   # rollout.timeout_s: aborted, out of the loss
+                        rec, ep, ids, _ = c.items[j]
+                        self.faults.add("timeout_prompts")
+                        traces.rollout(unusable_record(rec, ep, version, "timeout",
+                                                       f"still generating {self.cfg.rollout.timeout_s:g}s after its "
+                                                       f"engine started the call (rollout.timeout_s): aborted", len(ids)))
                     for j, ((rec, ep, ids, _), samples) in enumerate(zip(c.items, res["samples"])):
+                        if j in (res.get("timeouts") or ()) or j in (res.get("aborted") or ()):
+                            continue
                         if j in errors:  # this request failed, the engine did not
                             self.faults.add("failed_prompts")
                             traces.rollout(unusable_record(rec, ep, version, "generation_error", errors[j], len(ids)))
@@ -249,14 +266,41 @@ class EngineFleet:
                     self.outstanding.discard(c)
                     self.restart_engine(c.engine, f"gave no answer in {limit:.0f}s")
                     self.faults.add("requeued_prompts", len(c.items))
-                    nxt.append(self.submit(c.engine, c.items, version))
+                    nxt.append(self.submit(c.engine, c.items, version, c.n, c.offset))
                 elif not current:
                     self.faults.add("requeued_prompts", len(c.items))
-                    nxt.append(self.submit(c.engine, c.items, version))
+                    nxt.append(self.submit(c.engine, c.items, version, c.n, c.offset))
                 else:
                     nxt.append(c)
             pending = nxt
         return [out[i] for i in sorted(out)]
+
+    def abort_stale(self, version: int) -> int:
+        """sync.abort_in_flight, as the weights of `version` are sent: the engines with calls not yet
+        collected stop those generating with older weights (rlvr.train.actors.EngineActor.abort_generation);
+        returns how many engines were told."""
+        if self.cfg.sync.abort_in_flight == "off":
+            return 0
+        actors = {id(c.actor): c.actor for c in self.outstanding if c.actor is not None}
+        for a in actors.values():
+            a.abort_generation.options(concurrency_group="signal").remote(version)
+        return len(actors)
+
+    def aborted(self, c: Chunk, idx, traces, version: int) -> Chunk | None:
+        """A call's prompts stopped by sync.abort_in_flight: sent again (resubmit: they queue behind the
+        weight update, so they generate with the new weights) or recorded with status aborted (drop)."""
+        if not idx:
+            return None
+        self.faults.add("aborted_in_flight", len(idx))
+        items = [c.items[j] for j in idx]
+        if self.cfg.sync.abort_in_flight == "resubmit":
+            self.faults.add("resubmitted_in_flight", len(items))
+            return self.submit(c.engine, items, version, c.n, c.offset)
+        for rec, ep, ids, _ in items:
+            self.faults.add("dropped_in_flight")
+            traces.rollout(unusable_record(rec, ep, version, "aborted", "still generating at a weight sync "
+                                           "(sync.abort_in_flight drop)", len(ids)))
+        return None
 
     # -- replacing engines ------------------------------------------------------------------
 

@@ -258,6 +258,7 @@ def rl_steps(run: Run, rec: Recorder, pool) -> dict:
                                engines=len(fleet.engines), samples_total=last.get("samples/total", 0.0) + len(a.lengths),
                                elapsed=time.monotonic() - t_start, warn=log)
         metrics["sync/engine_version"] = float(fleet.synced_version)
+        metrics.update(filled.adaptive)
         modes.metrics(metrics)
         if run.syncs.verified is not None:   # a broadcast: engines whose checksum equals the trainer's
             metrics["sync/verified_engines"] = float(run.syncs.verified)
@@ -298,8 +299,10 @@ def dynamic_sampling(run: Run, first: list[Group], rounds: list[Round], pool, tr
     """Without dynamic sampling: the round as it is. With it: more rounds until the batch
     holds prompts_per_step informative groups (rlvr.train.batch.fill)."""
     d, want = run.cfg.dapo, run.cfg.rollout.prompts_per_step
+    adapted = Adaptive(run, pool, traces, step, times)
+    first = adapted(first, rounds[0])
     if not d.dynamic_sampling:
-        return Filled(first, first, 1)
+        return adapted.filled(Filled(first, first, 1))
 
     def more() -> list[Group] | None:
         r = run.schedule.draw()
@@ -307,13 +310,52 @@ def dynamic_sampling(run: Run, first: list[Group], rounds: list[Round], pool, tr
             return None
         run.fleet.launch(r, step + 1)
         rounds.append(r)
-        return rollout(run, r, pool, traces, step, times)
+        return adapted(rollout(run, r, pool, traces, step, times), r)
 
-    filled = fill(first, want, more, d.max_extra_rounds)
+    filled = adapted.filled(fill(first, want, more, d.max_extra_rounds))
     if len(filled.groups) < want:
         log(f"step {step + 1}: {len(filled.groups)} informative groups of {want} "
             f"after {filled.rounds} rounds (dapo.max_extra_rounds {d.max_extra_rounds})")
     return filled
+
+
+class Adaptive:
+    """rollout.adaptive (rlvr.train.adaptive) over each verified round of a step: later rounds of the
+    same prompts on the same engines, seeded on from the samples drawn so far; off: rounds pass as they are."""
+
+    def __init__(self, run: Run, pool, traces, step: int, times: StepTimes):
+        self.run, self.pool, self.traces, self.step, self.times = run, pool, traces, step, times
+        self.cfg = run.cfg.rollout.adaptive
+        self.done: list = []              # rlvr.train.adaptive.Adapted per round
+
+    def __call__(self, groups: list[Group], rnd: Round) -> list[Group]:
+        from rlvr.train.adaptive import adapt
+
+        if not self.cfg.max_n:
+            return groups
+        r = self.run.cfg.rollout
+
+        def more(gs: list[Group], offset: int, size: int) -> list[Group]:
+            again = Round(rnd.index, [(g.record, g.epoch) for g in gs])
+            self.run.fleet.launch(again, self.step + 1, size, offset)
+            return rollout(self.run, again, self.pool, self.traces, self.step, self.times)
+
+        a = adapt(groups, r.n, self.cfg.k_pos, self.cfg.k_neg, self.cfg.max_n, self.cfg.chunk or r.n, r.seed, more)
+        self.done.append(a)
+        return a.groups
+
+    def filled(self, f: Filled) -> Filled:
+        """With adaptive sampling: every completion drawn goes to the trace, and its metrics to the step's."""
+        from rlvr.train.adaptive import Adapted, metrics
+
+        if not self.done:
+            return f
+        a = Adapted([g for x in self.done for g in x.groups], [g for x in self.done for g in x.drawn],
+                    sum(x.dropped for x in self.done), sum(x.rounds for x in self.done),
+                    sum(x.samples for x in self.done), [c for x in self.done for c in x.per_kept])
+        f.drawn = a.drawn
+        f.adaptive = metrics(a, len(a.drawn), self.times.rollout)
+        return f
 
 
 def assemble_batch(run: Run, groups: list[Group], step: int):

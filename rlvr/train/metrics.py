@@ -124,6 +124,8 @@ def step_metrics(version: int, a, filled, trainer: dict, times: StepTimes, fault
         "faults/requeued_prompts": float(faults["requeued_prompts"]),
         "faults/dropped_prompts": float(faults["dropped_prompts"]),
         "faults/failed_prompts": float(faults["failed_prompts"]),
+        "faults/timeout_prompts": float(faults["timeout_prompts"]),            # rollout.timeout_s
+        **{f"faults/{k}_in_flight": float(faults[f"{k}_in_flight"]) for k in ("aborted", "resubmitted", "dropped")},
         "verify/errors": float(n_errors),
         "faults/verifier_errors": float(faults["verifier_errors"]),
         "sampling/rounds": float(filled.rounds),

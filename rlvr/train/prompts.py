@@ -17,6 +17,8 @@ class Chunk:
     items: list        # [(record, epoch, prompt ids, stop strings)]
     submitted: float
     actor: object = None  # the engine actor it was sent to (a restarted engine is a new actor)
+    n: int | None = None  # samples per prompt when not rollout.n (adaptive sampling's later rounds)
+    offset: int = 0       # their seeds start at sample `offset` of each prompt (rlvr.train.adaptive)
 
 
 def prompt_token_ids(tokenizer, rec: dict) -> list[int]:
