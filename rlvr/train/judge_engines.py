@@ -78,6 +78,18 @@ def serve_args(model_dir: str, port: int, s: dict, on_gpu: bool) -> list[str]:
     return args + list(s["extra_args"])
 
 
+def _die_with_parent() -> None:
+    """In the server's process before it runs: SIGTERM when the actor's process dies (Linux), so a
+    killed actor (a driver that exits before its close) does not leave the server running."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 class JudgeServer:
     """A Ray actor's body: vLLM's OpenAI-compatible server as a child process on this node."""
 
@@ -99,7 +111,8 @@ class JudgeServer:
         on_gpu = bool(os.environ.get("CUDA_VISIBLE_DEVICES"))
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(serve_args(self.model_dir, self.port, self.s, on_gpu), stdout=log,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                                         preexec_fn=_die_with_parent)
 
     def node(self) -> dict:
         """Where the server runs (rlvr.train.processes.placement: the server is a child) and its URL."""
@@ -208,6 +221,13 @@ class JudgeEngineMode(Mode):
 
     def start(self, run) -> None:
         """Start the server, wait for /health, point verify.judge at it (the pool is built after)."""
+        try:
+            self._start(run)
+        except BaseException:
+            self.close()   # an engine that did not start leaves nothing behind
+            raise
+
+    def _start(self, run) -> None:
         import time
 
         import ray
