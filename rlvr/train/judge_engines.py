@@ -12,9 +12,10 @@ served name. The server is stopped when the run ends, however it ends (the mode'
 
 `model` is a path or hub name (s3:// too), `tiny` (rlvr.tiny's model, built offline in the run
 folder) or `base` (the run's base model). A server that exits mid-run: the judge's calls in
-flight retry and then give error verdicts (status error, reward per verify.reward_table); at the
-next step the actor restarts the server on the same port (at most MAX_RESTARTS times), and an
-actor that is gone ends the run with one line naming the judge engine.
+flight retry and then give error verdicts (status error, reward per verify.reward_table); once
+the step's verification is done the actor restarts the server on the same port (at most
+MAX_RESTARTS times; this path has no test yet), and an actor that is gone ends the run with one
+line naming the judge engine.
 """
 
 from __future__ import annotations
