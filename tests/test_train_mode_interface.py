@@ -23,7 +23,7 @@ def test_every_registered_mode_is_a_mode_with_the_interfaces_hooks():
     from rlvr.train import modes
 
     classes = modes.classes()
-    assert [c.__name__ for c in classes] == ["SftMode", "DistillMode", "ValidationMode"]
+    assert [c.__name__ for c in classes] == ["SftMode", "DistillMode", "ValidationMode", "JudgeEngineMode"]
     for cls in classes:
         assert issubclass(cls, modes.Mode)
         for name, hook in vars(modes.Mode).items():

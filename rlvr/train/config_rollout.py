@@ -170,6 +170,9 @@ class VerifyConfig:
     verifier_config: dict[str, object] = field(default_factory=dict)
     """Passed to the verifiers, e.g. {math_mode: flexible-extract}. `verify.judge: {base_url, model, rubric, mode,
     ...}` (the LLM judge, rlvr.verifiers.judge; docs/verify.md) is kept here as its `judge` entry."""
+    judge_engine: dict[str, object] = field(default_factory=dict)
+    """`verify.judge.engine: {model, num_gpus, tensor_parallel_size, max_model_len, gpu_memory_utilization, dtype,
+    ...}`: the judge's vLLM server started inside the run (rlvr.train.judge_engines), kept here; {}: none."""
     thinking: bool | None = None
     """Answer-only judging for every completion (true), none (false), or per record (null: data.thinking / the
     record's `thinking`, else the text decides); see rlvr-verify --thinking."""
@@ -192,11 +195,26 @@ class VerifyConfig:
             return data
         if not isinstance(judge, dict):
             raise ConfigError(f"{where}: expected a mapping of judge options (base_url, model, rubric, mode, ...)")
+        engine = judge.get("engine")
+        if engine is not None:
+            # a judge engine of the run's own: its URL and served name are known once it starts
+            from rlvr.train.judge_engines import SERVED_NAME, check_spec
+
+            if not isinstance(engine, dict):
+                raise ConfigError(f"{where}.engine: expected a mapping (model, num_gpus, tensor_parallel_size, ...)")
+            check_spec(engine, f"{where}.engine")
+            if judge.get("base_url"):
+                raise ConfigError(f"{where}: base_url and engine are both set: give one (engine starts the judge's "
+                                  "server inside the run)")
+            judge = {k: v for k, v in judge.items() if k != "engine"}
+            judge.setdefault("model", SERVED_NAME)
+            data["judge_engine"] = engine
         vc = dict(data.get("verifier_config") or {})
         if "judge" in vc and vc["judge"] != judge:
             raise ConfigError(f"{where} and verify.verifier_config.judge are both set and differ: give one")
         try:
-            check_config(judge)
+            check_config({**judge, "base_url": judge.get("base_url") or "http://judge-engine/v1"} if engine is not None
+                         else judge)
         except ValueError as e:
             raise ConfigError(f"{where}: {e}") from None
         vc["judge"] = judge

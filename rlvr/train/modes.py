@@ -27,6 +27,7 @@ MODES = {
     "sft": "rlvr.train.sft:SftMode",
     "distill": "rlvr.train.distill:DistillMode",
     "validation": "rlvr.train.validation_mode:ValidationMode",
+    "judge_engine": "rlvr.train.judge_engines:JudgeEngineMode",
 }
 
 

@@ -4,7 +4,7 @@
 makes the same plan at start-up, against the cluster it joined or started, and stops with
 the problems (exit 2) before it creates an actor:
 
-    {"actors": [{"role": "engine"|"trainer"|"teacher", "index", "gpus", "cpus", "est_peak_gib", ...}],
+    {"actors": [{"role": "engine"|"trainer"|"teacher"|"judge", "index", "gpus", "cpus", "est_peak_gib", ...}],
      "sync": "nccl"|"gloo"|"object_store"|null, "cluster": {...}, "fits": true|false,
      "problems": [...], "notes": [...], "engine_gpu_memory_utilization", "teacher_gpu_memory_utilization"
      (with teachers), "microbatches": {...}, "model": {...}}
@@ -139,6 +139,12 @@ def make_plan(cfg, cluster: Cluster, shape: ModelShape | None, teacher: ModelSha
     tb = BYTES.get(te.dtype if te.dtype != "auto" else ("bfloat16" if has_gpus else "float32"), 2)
     fraction, tfraction = float(r.gpu_memory_utilization), float(te.gpu_memory_utilization)
     for (k, g), on in sorted(users.items()):
+        if any(a.role == "judge" for a in on) and len(on) > 1:
+            # vLLM's server takes gpu_memory_utilization of the whole GPU, whoever else is on it
+            problems.append(f"the judge engine shares GPU {g} of node {cluster.nodes[k].name or k} with "
+                            f"{', '.join(f'{a.role} {a.index}' for a in on if a.role != 'judge')}: give it GPUs of "
+                            "its own (whole verify.judge.engine.num_gpus)")
+            continue
         mem = cluster.nodes[k].gpu_mem_gib
         if mem is None or shape is None:
             continue

@@ -141,7 +141,7 @@ def cluster_for(cfg, gpus: int | None = None, gpu_mem_gib: float | None = None, 
 
 @dataclass
 class Actor:
-    role: str                 # engine | trainer | teacher
+    role: str                 # engine | trainer | teacher | judge
     index: int
     gpus: float
     cpus: float
@@ -230,4 +230,11 @@ def requests(cfg, has_gpus: bool) -> list[Actor]:
     if t.distill.weight > 0 and te.model not in (None, "policy"):
         out += [Actor("teacher", e, float(te.engine_num_gpus) * te.tensor_parallel_size if has_gpus else 0.0,
                       float(te.engine_num_cpus), dict(te.engine_resources)) for e in range(te.num_engines)]
+    je = getattr(cfg.verify, "judge_engine", None)   # the judge's vLLM server (rlvr.train.judge_engines)
+    if je:
+        from rlvr.train.judge_engines import DEFAULTS
+
+        s = {**DEFAULTS, **je}
+        out.append(Actor("judge", 0, float(s["num_gpus"]) * s["tensor_parallel_size"] if has_gpus else 0.0,
+                         float(s["num_cpus"]), dict(s["resources"])))
     return out
