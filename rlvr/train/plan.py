@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 
+from rlvr.train import plan_parallel
 from rlvr.train.plan_cluster import (Actor, Cluster, Node, cluster_for, cluster_from_ray,  # noqa: F401
                                      local_gpu_memory_gib, place, requests)
 from rlvr.train.plan_memory import (BYTES, CUDA_CONTEXT_GIB, ENGINE_MIN_KV_GIB, FRAGMENTATION, GIB,  # noqa: F401
@@ -72,6 +73,8 @@ def make_plan(cfg, cluster: Cluster, shape: ModelShape | None) -> dict:
     tmem = None if shape is None else trainer_memory(
         shape, microbatch_tokens(cfg), world=world, compute_bytes=c, gradient_checkpointing=t.gradient_checkpointing,
         logprob_chunk=t.logprob_chunk_size, reference=t.loss.beta > 0, on_gpu=has_gpus)
+    if shape is not None and (world > 1 or t.tensor_parallel > 1):   # FSDP x TP, grad_sync, offload
+        tmem = plan_parallel.rank_memory(cfg, shape, microbatch_tokens(cfg), c, cluster, has_gpus)
     eb = BYTES.get(r.dtype if r.dtype != "auto" else ("bfloat16" if has_gpus else "float32"), 2)
     users: dict[tuple[int, int], list[Actor]] = {}     # (node, GPU) -> the actors on it
     for a in actors:
@@ -90,7 +93,8 @@ def make_plan(cfg, cluster: Cluster, shape: ModelShape | None) -> dict:
             if tneed > mem:
                 problems.append(f"trainer rank(s) {', '.join(str(a.index) for a in trainers)} need about "
                                 f"{tneed:.1f} GiB on {where}: lower train.max_tokens_per_microbatch, set "
-                                "train.gradient_checkpointing, or add ranks (train.num_trainers)")
+                                "train.gradient_checkpointing, or add ranks (train.num_trainers)"
+                                + (f" ({tmem['why']})" if tmem.get("why") else ""))
             continue
         cap = engine_fraction(mem, tneed, len(engines), fraction) if len(on) > 1 else fraction
         need = engine_memory(shape, cap, mem, eb, r.tensor_parallel_size)
@@ -152,6 +156,7 @@ def make_plan(cfg, cluster: Cluster, shape: ModelShape | None) -> dict:
         largest = shape.largest_tensor * c
         bucket = cfg.sync.bucket_mb
         plan["sync_bucket_mib"] = round((bucket * 2**20 if bucket else max(512 * 2**20, largest)) / 2**20, 1)
+        plan["trainer_layouts"] = plan_parallel.layouts_summary(cfg, shape, microbatch_tokens(cfg), c, cluster)
         plan["model"] = {"name": shape.name, "parameters": shape.params, "hidden": shape.hidden,
                          "layers": shape.layers, "vocab": shape.vocab, "tied": shape.tied}
         if bucket and bucket * 2**20 < largest:
