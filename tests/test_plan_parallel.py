@@ -138,3 +138,18 @@ def test_plan_of_a_32b_run_refuses_one_node_and_fits_two():
     assert (rank["data_parallel"], rank["tensor_parallel"], rank["grad_sync"]) == (2, 8, "per_update")
     fit = {(x["num_trainers"], x["tensor_parallel"]) for x in two["trainer_layouts"] if x["fits"]}
     assert (16, 8) in fit and (8, 8) not in fit and (24, 8) in fit
+
+
+def test_config_checks_the_parallel_keys():
+    from rlvr.errors import ConfigError
+    from rlvr.train.config import TrainerConfig, _check_parallel
+
+    _check_parallel(TrainerConfig(num_trainers=8, tensor_parallel=4, grad_sync="per_microbatch",
+                                  offload="params_and_optimizer"))
+    for bad, words in [({"num_trainers": 4, "tensor_parallel": 3}, "must divide train.num_trainers 4"),
+                       ({"num_trainers": 2, "tensor_parallel": 2, "logprob_chunk_size": 0}, "logprob_chunk_size > 0"),
+                       ({"grad_sync": "sometimes"}, "train.grad_sync must be"),
+                       ({"num_trainers": 2, "offload": "optimizer"}, "not built yet"),
+                       ({"offload": "params_and_optimizer"}, "needs train.num_trainers > 1")]:
+        with pytest.raises(ConfigError, match=words):
+            _check_parallel(TrainerConfig(**bad))

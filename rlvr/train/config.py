@@ -182,6 +182,7 @@ def check(cfg: TrainConfig) -> list[str]:
         raise ConfigError("train.trainer_num_gpus and rollout.engine_num_gpus must be >= 0, ray.startup_timeout_s > 0")
     if t.grad_reduce_dtype not in ("float32", "bfloat16"):
         raise ConfigError(f"train.grad_reduce_dtype: expected float32 or bfloat16, got {t.grad_reduce_dtype!r}")
+    _check_parallel(t)
     resolve_preset(cfg)
     if any(not s for s in r.stop) or any(not s for ss in r.stop_by_dataset.values() for s in ss):
         raise ConfigError("rollout.stop: stop strings must be non-empty")
@@ -209,6 +210,28 @@ def check(cfg: TrainConfig) -> list[str]:
                         "with one update per batch (train.mini_batches 1, train.epochs 1) the PPO ratio is always 1; "
                         "set train.mini_batches > 1 for the clip to bound the policy's change")
     return warnings
+
+
+def _check_parallel(t) -> None:
+    """train.tensor_parallel, grad_sync and offload (rlvr.train.parallel)."""
+    from rlvr.errors import ConfigError
+    from rlvr.train.parallel import GRAD_SYNCS, OFFLOADS
+
+    tp, world = max(1, t.tensor_parallel), max(1, t.num_trainers)
+    if t.tensor_parallel < 1 or world % tp:
+        raise ConfigError(f"train.tensor_parallel {t.tensor_parallel} must divide train.num_trainers {world}")
+    if tp > 1 and not t.logprob_chunk_size:
+        raise ConfigError("train.tensor_parallel > 1 takes log-probs vocabulary-parallel, chunk by chunk: "
+                          "set train.logprob_chunk_size > 0")
+    if t.grad_sync not in GRAD_SYNCS:
+        raise ConfigError(f"train.grad_sync must be per_update, per_microbatch or null, got {t.grad_sync!r}")
+    if t.offload not in OFFLOADS:
+        raise ConfigError(f"train.offload must be params_and_optimizer or null, got {t.offload!r}")
+    if t.offload == "optimizer":
+        raise ConfigError("train.offload optimizer (AdamW's state alone on the CPU) is not built yet: FSDP2's CPU "
+                          "offload moves parameters and optimizer together (train.offload params_and_optimizer)")
+    if t.offload and world < 2:
+        raise ConfigError("train.offload offloads FSDP's shards: it needs train.num_trainers > 1")
 
 
 def _check_modes(cfg: TrainConfig) -> list[str]:

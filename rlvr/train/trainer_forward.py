@@ -48,6 +48,14 @@ def output_head(model, chunk_size: int):
     return head
 
 
+def _selective(head):
+    """The chunked selective log-softmax for this output layer: vocabulary-parallel where its
+    weight is split over tensor-parallel ranks (rlvr.train.parallel)."""
+    from rlvr.train.parallel import is_vocab_parallel, vocab_parallel_logprobs
+
+    return vocab_parallel_logprobs if is_vocab_parallel(head.weight) else selective_logprobs
+
+
 def logprobs(model, prompts, comps, *, pad_id: int, device: str, temperature: float, chunk_size: int,
              packing: bool = False, with_entropy: bool = False, extra_ids: torch.Tensor | None = None):
     """-> (logp [N, L], entropy [N, L] detached or None, mask [N, L]) of the completions at
@@ -71,7 +79,7 @@ def logprobs(model, prompts, comps, *, pad_id: int, device: str, temperature: fl
         sel = cmask.bool()                                                   # [N, L]
 
         def forward(h):                                                      # h [N, L+1, H]
-            lp, ent = selective_logprobs(h[:, :L][sel], head.weight, targets[sel], temperature,
+            lp, ent = _selective(head)(h[:, :L][sel], head.weight, targets[sel], temperature,
                                          chunk_size, with_entropy, head.bias)
             ents.append(ent)
             return lp                                                        # [T] real tokens
@@ -112,7 +120,7 @@ def logprobs_packed(model, prompts, comps, *, device: str, temperature: float, c
     ents = []
     if head is not None:
         def forward(h):                                                      # h [1, T_c, H]
-            lp, ent = selective_logprobs(h[0], head.weight, targets, temperature,
+            lp, ent = _selective(head)(h[0], head.weight, targets, temperature,
                                          chunk_size, with_entropy, head.bias)
             ents.append(ent)
             return lp                                                        # [T_c]
