@@ -65,7 +65,8 @@ def _rank(rank, world, port, model, outdir):
     os.makedirs(ck, exist_ok=True)
     t.save(ck, {"step": 2})
     # resume: a fresh TP trainer on the checkpoint takes its optimizer shards and steps on
-    r = PolicyTrainer(ck, cfg(tensor_parallel=2), max_tokens=8, total_steps=4, rank=rank, world=world)
+    r = PolicyTrainer(ck, cfg(tensor_parallel=2), max_tokens=8, total_steps=4, rank=rank, world=world,
+                      ref_path=model)   # the KL reference stays the initial policy
     out["resumed_version"] = r.load_state(ck)["step"], r.version
     r.step(Batch(PROMPTS, COMPS, ADV, None, None))
     t.step(Batch(PROMPTS, COMPS, ADV, None, None))
@@ -155,8 +156,10 @@ def test_per_microbatch_sync_gives_the_same_update(tmp_path):
         o = torch.load(tmp_path / f"sync{r}.pt")
         g = o["per_update"]["groups"]
         assert o["per_update"]["reductions"] == 2 * g and o["per_microbatch"]["reductions"] == 4 * g, o
-        a, b = o["per_update"]["weights"], o["per_microbatch"]["weights"]
-        for k in a:
-            assert torch.allclose(a[k], b[k], rtol=1e-5, atol=1e-6), k
-        base = load_file(os.path.join(model, "model.safetensors"))
-        assert any(not torch.equal(a[k], v) for k, v in base.items() if k in a)     # an update happened
+    o = torch.load(tmp_path / "sync0.pt")            # the full weights are gathered onto rank 0
+    a, b = o["per_update"]["weights"], o["per_microbatch"]["weights"]
+    assert set(a) == set(b) and len(a) > 10
+    for k in a:
+        assert torch.allclose(a[k], b[k], rtol=1e-5, atol=1e-6), k
+    base = load_file(os.path.join(model, "model.safetensors"))
+    assert any(not torch.equal(a[k], v) for k, v in base.items() if k in a)     # an update happened
