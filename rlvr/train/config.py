@@ -215,7 +215,6 @@ def check(cfg: TrainConfig) -> list[str]:
 def _check_parallel(t) -> None:
     """train.tensor_parallel, grad_sync and offload (rlvr.train.parallel)."""
     from rlvr.errors import ConfigError
-    from rlvr.train.parallel import GRAD_SYNCS, OFFLOADS
 
     tp, world = max(1, t.tensor_parallel), max(1, t.num_trainers)
     if t.tensor_parallel < 1 or world % tp:
@@ -223,9 +222,9 @@ def _check_parallel(t) -> None:
     if tp > 1 and not t.logprob_chunk_size:
         raise ConfigError("train.tensor_parallel > 1 takes log-probs vocabulary-parallel, chunk by chunk: "
                           "set train.logprob_chunk_size > 0")
-    if t.grad_sync not in GRAD_SYNCS:
+    if t.grad_sync not in (None, "per_update", "per_microbatch"):
         raise ConfigError(f"train.grad_sync must be per_update, per_microbatch or null, got {t.grad_sync!r}")
-    if t.offload not in OFFLOADS:
+    if t.offload not in (None, "optimizer", "params_and_optimizer"):
         raise ConfigError(f"train.offload must be params_and_optimizer or null, got {t.offload!r}")
     if t.offload == "optimizer":
         raise ConfigError("train.offload optimizer (AdamW's state alone on the CPU) is not built yet: FSDP2's CPU "

@@ -27,7 +27,6 @@ from __future__ import annotations
 import torch
 
 OFFLOADS = (None, "optimizer", "params_and_optimizer")
-GRAD_SYNCS = (None, "per_update", "per_microbatch")
 
 
 def build_mesh(world: int, tensor_parallel: int, device: str):
