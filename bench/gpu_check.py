@@ -732,6 +732,57 @@ def packed_check(path: str, cfg, dims: dict, device: str, sequences: int, gates:
     return out
 
 
+def _tp_rank(rank: int, world: int, port: int, path: str, out: str) -> None:
+    """One NCCL rank of tp_step_check: a TP step of `world` ranks (1 x world mesh), timed."""
+    import torch
+    import torch.distributed as dist
+
+    from rlvr.train.config import TrainerConfig
+    from rlvr.train.trainer import Batch, PolicyTrainer
+
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    t = PolicyTrainer(path, TrainerConfig(tensor_parallel=world, micro_batch_size=4, device="cuda"), max_tokens=256,
+                      total_steps=3, rank=rank, world=world)
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(10, 1000, (128,), generator=g).tolist() for _ in range(8)]
+    comps = [torch.randint(10, 1000, (256,), generator=g).tolist() for _ in range(8)]
+    batch = Batch(prompts, comps, [1.0, -1.0] * 4, None, None)
+    t.step(batch)                                   # warm-up
+    torch.cuda.reset_peak_memory_stats()
+    torch.cuda.synchronize()
+    t0 = time.monotonic()
+    t.step(batch)
+    torch.cuda.synchronize()
+    if rank == 0:
+        with open(out, "w") as fh:
+            json.dump({"step_s": round(time.monotonic() - t0, 3), "tensor_parallel": world,
+                       "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2)}, fh)
+    dist.destroy_process_group()
+
+
+def tp_step_check(path: str) -> dict:
+    """A tensor-parallel trainer step over the GPUs (up to 8, a power of two dividing the
+    model's heads): its time and rank 0's peak memory (rlvr.train.parallel on NCCL)."""
+    import socket
+
+    import torch
+    import torch.multiprocessing as mp
+
+    world = 1
+    while world * 2 <= min(8, torch.cuda.device_count()):
+        world *= 2
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    out = os.path.join(tempfile.mkdtemp(), "tp.json")
+    mp.spawn(_tp_rank, args=(world, port, path, out), nprocs=world, join=True)
+    with open(out) as fh:
+        figures = json.load(fh)
+    log(f"TP step over {world} GPUs: {figures['step_s']}s, rank 0 peak {figures['peak_gib']} GiB")
+    return figures
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="gpu_check.py", description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -877,6 +928,8 @@ def main(argv: list[str] | None = None) -> int:
         _reset_peak(device)
         parts.run("packed", packed, needs=("build",))
         parts.run("packing_speed", speed, needs=("build",))
+        parts.run("tp_step", lambda: tp_step_check(path), needs=("build",),
+                  skip=None if gpu and _gpu_count() > 1 else "needs more than one GPU")
         parts.run("smoke", lambda: smoke_check(path, 420), needs=("build",),
                   skip=None if smoke else "auto: rlvr-train runs on a GPU where vLLM and Ray are installed")
     import resource
@@ -888,6 +941,12 @@ def main(argv: list[str] | None = None) -> int:
         with open(a.doc, "w") as fh:
             fh.write(doc_section(summary, parts.results, argv if argv is not None else sys.argv[1:]))
     return 0 if summary["ok"] else 1
+
+
+def _gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def _importable(name: str) -> bool:

@@ -119,6 +119,7 @@ class Port:
         self.entries: list[Entry] = []
         self.done: set[str] = set()
         self.warnings: list[str] = []
+        self.changed: list[str] = []       # their keys ported to a different meaning (the summary names them)
 
     # -- recording --------------------------------------------------------------------------
 
@@ -162,13 +163,17 @@ class Port:
         except ConfigError as e:
             raise BadInput(str(e)) from None
 
-    def is_set(self, key: str) -> bool:
+    def get_ours(self, key: str, default=None):
+        """The rlvr value written so far at a dotted key."""
         node = self.config
-        for p in key.split("."):
-            if not isinstance(node, dict) or p not in node:
-                return False
-            node = node[p]
-        return True
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return default
+            node = node[part]
+        return node
+
+    def is_set(self, key: str) -> bool:
+        return self.get_ours(key, _MISSING) is not _MISSING
 
     def map(self, their: str, values: dict[str, object], why: str = "", value=None) -> None:
         """their -> the rlvr keys in values; pending when any of them is not accepted yet."""
@@ -349,7 +354,8 @@ IMPLIED: dict[str, str] = {
     "roles.trainer.config.training.mixed_precision_param": "rlvr computes in train.dtype over float32 master weights",
     "roles.trainer.config.training.seq_len": "sequences are at most rollout.max_model_len tokens",
     "roles.trainer.config.parallelism.context_parallel_degree": "no context parallelism (1)",
-    "roles.trainer.config.parallelism.disable_loss_parallel": "no loss parallelism",
+    "roles.trainer.config.parallelism.disable_loss_parallel": "with train.tensor_parallel > 1 the log-softmax is "
+                                                              "always vocabulary-parallel (no full-vocabulary logits)",
     "roles.trainer.config.parallelism.fsdp_reshard_after_forward": "rlvr's FSDP settings",
     "roles.trainer.config.checkpoint.enable": "rlvr-train always writes checkpoints (checkpoint.every)",
     "roles.trainer.config.checkpoint.folder": "checkpoints go to RUN_DIR/checkpoints/",
@@ -386,8 +392,6 @@ UNMAPPED: dict[str, str] = {
                                   "(a round's wall-clock limit, default 1800 s) stops the run instead: keep it",
     "verifier.max_concurrent": "Docker containers per worker: rlvr's code sandbox runs one check at a time per "
                                "pool worker (verify.jobs)",
-    "roles.trainer.config.parallelism.tensor_parallel_degree": "rlvr's trainer shards with FSDP "
-                                                               "(train.num_trainers), without tensor parallelism",
     "roles.trainer.config.compile.enable": "rlvr does not torch.compile the trainer",
     "roles.trainer.config.compile.components": "rlvr does not torch.compile the trainer",
     "roles.trainer.config.checkpoint.export_dtype": "rlvr writes checkpoints in the model's dtype",
@@ -779,8 +783,27 @@ def _trainer(p: Port) -> None:
     par = p.get(tr + "parallelism") or {}
     if par:
         n = int(par.get("data_parallel_shard_degree", 1) or 1) * int(par.get("data_parallel_replicate_degree", 1) or 1)
-        p.map(tr + "parallelism.data_parallel_shard_degree", {"train.num_trainers": max(1, n)},
+        tp = max(1, int(par.get("tensor_parallel_degree", 1) or 1))
+        # every GPU they gave: n data-parallel x tp tensor-parallel ranks (rlvr.train.parallel's mesh)
+        p.map(tr + "parallelism.data_parallel_shard_degree", {"train.num_trainers": max(1, n) * tp},
+              "trainer ranks: data-parallel (shard x replicate) x tensor-parallel" if tp > 1 else
               "data-parallel ranks (shard x replicate)", n)
+        if tp > 1 and _billions(p) is not None and _billions(p) <= SMALL_MODEL_B:
+            # a small model: FSDP over the same GPUs beats TP (no per-layer all-reduces); each rank
+            # then takes its own micro-batch, cut by tp to keep a rank's activations
+            mb = p.get_ours("train.micro_batch_size")
+            values: dict[str, object] = {"train.num_trainers": max(1, n) * tp}
+            if isinstance(mb, int):
+                values["train.micro_batch_size"] = max(1, mb // tp)
+            p.map(tr + "parallelism.tensor_parallel_degree", values,
+                  f"meaning changed: a {_billions(p):g}B model trains faster as {max(1, n) * tp} FSDP ranks than "
+                  f"in TP groups of {tp}: the same GPUs, each rank its own micro-batch"
+                  + (f" (train.micro_batch_size {mb} / {tp})" if isinstance(mb, int) else ""), tp)
+            p.changed.append(tr + "parallelism.tensor_parallel_degree")
+        elif "tensor_parallel_degree" in par:
+            p.map(tr + "parallelism.tensor_parallel_degree", {"train.tensor_parallel": tp},
+                  "TP groups of consecutive trainer ranks; train.num_trainers counts all of them (dp x tp GPUs), "
+                  "FSDP over the data-parallel dimension", par["tensor_parallel_degree"])
         if "data_parallel_replicate_degree" in par:
             p.imply(tr + "parallelism.data_parallel_replicate_degree", "counted in train.num_trainers",
                     par["data_parallel_replicate_degree"])
@@ -804,6 +827,19 @@ def _trainer(p: Port) -> None:
                 p.map(f"roles.{role}.config.logprobs_mode", {"rollout.logprobs": value}, value=lpm)
             else:
                 p.imply(f"roles.{role}.config.logprobs_mode", "the policy's log-probs come from the rollout engines", lpm)
+
+
+SMALL_MODEL_B = 4.0   # up to this many billion parameters, their TP degrees port to FSDP ranks
+
+
+def _billions(p: Port) -> float | None:
+    """The model's size in billions of parameters from their trainer's model.flavor ("1.7B")
+    or their model.path (".../Qwen3-32B"); None when neither says."""
+    for text in (p.get("roles.trainer.config.model.flavor"), p.get("model.path")):
+        m = re.search(r"(\d+(?:\.\d+)?)B\b", str(text or ""))
+        if m:
+            return float(m.group(1))
+    return None
 
 
 def _role_names(p: Port) -> list[str]:

@@ -40,6 +40,10 @@ BRANCHES = [
      "tests/test_cuda_branches.py::test_trainer_clock_waits_for_the_cuda_stream"),
     ("rlvr/train/trainer.py", "PolicyTrainer.__init__", "an FSDP rank on cuda takes cuda:<current device>",
      "tests/test_cuda_branches.py::test_fsdp_trainer_rank_moves_to_its_current_cuda_device"),
+    ("rlvr/train/parallel.py", "build_mesh", "a trainer on cuda builds its (dp, tp) mesh on cuda devices",
+     "tests/test_cuda_branches.py::test_trainer_mesh_and_offload_follow_cuda"),
+    ("rlvr/train/parallel.py", "shard", "train.offload params_and_optimizer pins the CPU copies when CUDA is there",
+     "tests/test_cuda_branches.py::test_trainer_mesh_and_offload_follow_cuda"),
     ("rlvr/train/actors.py", "EngineActor.device", "a vLLM engine on a CUDA build reports cuda",
      "tests/test_cuda_branches.py::test_engine_actor_reports_cuda_for_a_cuda_vllm_build"),
     ("rlvr/train/actors.py", "TrainerActor.setup", "several CUDA ranks: set_device(0), then an NCCL group",
@@ -455,3 +459,29 @@ def test_mfu_takes_the_peak_of_the_gpu_by_name(monkeypatch, tmp_path):
     assert m["throughput/trainer_tokens_per_s"] == 8.0                 # 16 tokens (the empty completion: none)
     assert m["mfu/trainer"] == 8.0 * f / 989e12
     assert "mfu/trainer" not in Throughput(str(tmp_path), 1, 1, gpus=False).metrics(a, [], times)
+
+
+def test_trainer_mesh_and_offload_follow_cuda(monkeypatch):
+    """build_mesh on a cuda device asks torch for a cuda mesh of (world / tp, tp) named (dp, tp);
+    shard with train.offload params_and_optimizer gives FSDP2 a pinned CPUOffloadPolicy where
+    CUDA is available (torch's init_device_mesh and fully_shard recorded, not run)."""
+    import torch.distributed.device_mesh as dm
+    import torch.distributed.fsdp as fsdp
+
+    from rlvr.train import parallel
+
+    made = []
+    monkeypatch.setattr(dm, "init_device_mesh", lambda dev, shape, mesh_dim_names: made.append((dev, shape,
+                                                                                               mesh_dim_names)))
+    parallel.build_mesh(8, 4, "cuda:3")
+    parallel.build_mesh(2, 1, "cpu")
+    assert made == [("cuda", (2, 4), ("dp", "tp")), ("cpu", (2, 1), ("dp", "tp"))]
+    sharded = []
+    monkeypatch.setattr(fsdp, "fully_shard", lambda m, **kw: sharded.append(kw))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    parallel.shard(model, torch.bfloat16, offload="params_and_optimizer")
+    assert sharded and sharded[-1]["offload_policy"].pin_memory is True
+    sharded.clear()
+    parallel.shard(model, torch.bfloat16)
+    assert "offload_policy" not in sharded[-1]

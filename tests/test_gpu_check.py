@@ -32,10 +32,11 @@ def test_cpu_fallback_runs_every_part_and_writes_a_line_each_and_a_summary(capsy
     assert [json.loads(ln) for ln in jsonl.read_text().splitlines()] == lines      # --out: the same lines
     parts = {r["part"]: r for r in lines[:-1]}
     assert list(parts) == ["build", "generate", "trainer", "agree", "distill_identity", "fsdp", "train", "sync", "packed",
-                           "packing_speed", "smoke"]
+                           "packing_speed", "tp_step", "smoke"]
     out = lines[-1]
-    assert out["summary"] is True and out["ok"] is True and out["failed"] == [] and out["skipped"] == ["smoke"]
-    assert out["passed"] == list(parts)[:-1] and all(parts[p]["ok"] is True for p in out["passed"])
+    assert out["summary"] is True and out["ok"] is True and out["failed"] == [] and out["skipped"] == ["tp_step", "smoke"]
+    assert out["passed"] == list(parts)[:-2] and all(parts[p]["ok"] is True for p in out["passed"])
+    assert parts["tp_step"]["ok"] is None and "more than one GPU" in parts["tp_step"]["skipped"]
     assert parts["smoke"]["ok"] is None and "GPU" in parts["smoke"]["skipped"]   # rlvr-train runs on a GPU only
     assert out["device"] == "cpu" and out["gpu"] is None and out["fallback"]
     assert out["model"]["tie_word_embeddings"] is True and out["model"]["parameters"] > 0

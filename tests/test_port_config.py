@@ -64,7 +64,10 @@ def test_gsm8k_dapo_with_staleness(tmp_path):
     assert cfg.train.max_staleness == 2 and cfg.train.steps == 300 and cfg.rollout.prompts_per_step == 64
     assert cfg.data.template == "Q: {question}\nA:" and cfg.rollout.stop == ["[Question]", "Question:", "Q:", "\n\n\n", "\n\n"]
     assert (cfg.rollout.top_p, cfg.rollout.top_k, cfg.rollout.n) == (0.95, 20, 8) and cfg.train.lr == 5e-6
-    assert cfg.rollout.max_tokens_by_dataset == {"gsm8k": 512} and cfg.train.micro_batch_size == 64
+    # their TP 2 trainer of a 1.7B model: 2 FSDP ranks on the same 2 GPUs, each its own micro-batch of 64 / 2
+    assert cfg.rollout.max_tokens_by_dataset == {"gsm8k": 512} and cfg.train.micro_batch_size == 32
+    assert (cfg.train.num_trainers, cfg.train.tensor_parallel) == (2, 1)
+    assert port.changed == ["roles.trainer.config.parallelism.tensor_parallel_degree"]
     # prompts_per_rollout_sync 128 / prompts_per_optim_step 64: weights every 2 steps
     assert cfg.sync.every_steps == 2 and cfg.train.adam_eps == 1e-4 and not port.pending
     assert cfg.train.loss.ratio_to == "engine" and cfg.train.adv_std == "population"
@@ -326,3 +329,29 @@ def test_abort_in_flight_with_staleness_maps_to_resubmit(tmp_path):
     ours = load_config(TrainConfig, str(path), [])
     assert ours.sync.abort_in_flight == "resubmit" and ours.train.max_staleness == 2
     check(ours)
+
+
+def test_their_32b_trainer_keeps_its_gpus_as_a_tp_mesh_and_plans(tmp_path):
+    """Their 32B config: `tensor_parallel_degree: 8` x data-parallel 1 x 1 ports to 8 trainer
+    ranks in groups of 8 (train.num_trainers 8, train.tensor_parallel 8), never fewer GPUs; the
+    plan of it on their 8-GPU trainer node (80 GiB GPUs) says exactly what does not fit (fp32
+    master weights, gradients and AdamW's moments of 32B over 8 ranks) and the nearest layout
+    that does (16 ranks over two nodes, or the states offloaded)."""
+    from rlvr.train.plan_memory import ModelShape, read_model_config
+    from rlvr.train.plan_parallel import nearest_fit, plan_rank
+
+    with open(os.path.join(PORT, "multinode", "qwen3-32B-deepscaler-multinode.yaml")) as fh:
+        port = port_config(yaml.safe_load(fh), source="qwen3-32B-deepscaler-multinode.yaml")
+    path = tmp_path / "ours.yaml"
+    path.write_text(port.yaml())
+    cfg = load_config(TrainConfig, str(path), [f"model.path={os.path.join(DATA, 'models', 'qwen3-32b')}"])
+    assert (cfg.train.num_trainers, cfg.train.tensor_parallel) == (8, 8)
+    tp = [e for e in port.entries if e.their.endswith("tensor_parallel_degree")]
+    assert tp and tp[0].kind == "mapped" and tp[0].rlvr == ["train.tensor_parallel"]
+    check(cfg)
+    shape = ModelShape.from_config(read_model_config(cfg.model.path)[0])
+    m = plan_rank(shape, 2560 * 2, 80.0, world=8, tensor_parallel=8)
+    assert not m["fits"] and "master_weights 15.26, gradients 15.26, optimizer 30.51" in m["why"]
+    near = nearest_fit(shape, 2560 * 2, 8, 80.0)
+    assert near["data_parallel"] * near["tensor_parallel"] == 16
+    assert plan_rank(shape, 2560 * 2, 80.0, world=8, tensor_parallel=8, offload="params_and_optimizer")["fits"]

@@ -66,6 +66,8 @@ def cmd(config, report):
     c = port.counts()
     say(f"{c['mapped']} keys mapped, {c['implied']} implied, {c['pending']} pending, "
         f"{c['unmapped']} without an rlvr equivalent (the comments at the end of the output list them)")
+    if port.changed:
+        say("meaning changed: " + ", ".join(port.changed) + " (the comments on them say how)")
     for key, (value, why) in port.pending.items():
         say(f"pending: {key}={json.dumps(value)} ({why})")
     for w in port.warnings:

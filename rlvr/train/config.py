@@ -207,6 +207,7 @@ def check(cfg: TrainConfig) -> list[str]:
         raise ConfigError("train.trainer_num_gpus and rollout.engine_num_gpus must be >= 0, ray.startup_timeout_s > 0")
     if t.grad_reduce_dtype not in ("float32", "bfloat16"):
         raise ConfigError(f"train.grad_reduce_dtype: expected float32 or bfloat16, got {t.grad_reduce_dtype!r}")
+    _check_parallel(t)
     resolve_preset(cfg)
     if any(not s for s in r.stop) or any(not s for ss in r.stop_by_dataset.values() for s in ss):
         raise ConfigError("rollout.stop: stop strings must be non-empty")
@@ -269,6 +270,30 @@ def _check_tools(cfg: TrainConfig) -> None:
     if tools is not None and cfg.sync.mode == "in_flight":
         raise ConfigError("rollout.tools does not run with sync.mode in_flight (a tool turn would resume in the "
                           "engine's in-flight stream, which does not run tools yet): use sync.mode sync or async")
+
+
+def _check_parallel(t) -> None:
+    """train.tensor_parallel, grad_sync and offload (rlvr.train.parallel)."""
+    from rlvr.errors import ConfigError
+
+    tp, world = max(1, t.tensor_parallel), max(1, t.num_trainers)
+    if t.tensor_parallel < 1 or world % tp:
+        raise ConfigError(f"train.tensor_parallel {t.tensor_parallel} must divide train.num_trainers {world}")
+    if tp > 1 and not t.logprob_chunk_size:
+        raise ConfigError("train.tensor_parallel > 1 takes log-probs vocabulary-parallel, chunk by chunk: "
+                          "set train.logprob_chunk_size > 0")
+    if t.grad_sync not in (None, "per_update", "per_microbatch"):
+        raise ConfigError(f"train.grad_sync must be per_update, per_microbatch or null, got {t.grad_sync!r}")
+    if t.offload not in (None, "optimizer", "params_and_optimizer"):
+        raise ConfigError(f"train.offload must be params_and_optimizer or null, got {t.offload!r}")
+    if t.offload == "optimizer":
+        raise ConfigError("train.offload optimizer (AdamW's state alone on the CPU) is not built yet: FSDP2's CPU "
+                          "offload moves parameters and optimizer together (train.offload params_and_optimizer)")
+    if tp > 1 and t.loss.entropy_coef:
+        raise ConfigError("train.loss.entropy_coef with train.tensor_parallel > 1: the vocabulary-parallel "
+                          "log-softmax gives the entropy without its gradient; set one of them back")
+    if t.offload and world < 2:
+        raise ConfigError("train.offload offloads FSDP's shards: it needs train.num_trainers > 1")
 
 
 def _check_modes(cfg: TrainConfig) -> list[str]:

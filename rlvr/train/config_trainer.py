@@ -146,6 +146,18 @@ class TrainerConfig:
     bfloat16 halves the traffic at bf16's precision of the summed gradient."""
     trainer_resources: dict[str, float] = field(default_factory=dict)
     """Custom Ray resources for the trainer actor (placement on a multi-node cluster)."""
+    # -- trainer parallelism (rlvr.train.parallel, docs/train-layouts.md) --
+    tensor_parallel: int = 1
+    """Tensor-parallel degree of the trainer: num_trainers ranks form a (num_trainers / N) x N mesh, FSDP over
+    the first dimension, torch's tensor parallelism (heads, MLP and vocabulary split) over groups of N
+    consecutive ranks (one node's GPUs). Needs train.logprob_chunk_size > 0 (the vocabulary-parallel log-softmax)."""
+    grad_sync: str | None = None
+    """per_update (unsharded gradients kept until an update's last micro-batch: one reduce-scatter per update) or
+    per_microbatch (reduce-scatter after each micro-batch: sharded gradients only, as verl); null = the plan's
+    choice (per_update where the unsharded gradients fit, rlvr.train.plan_parallel)."""
+    offload: str | None = None
+    """params_and_optimizer: FSDP2's CPUOffloadPolicy (sharded parameters, gradients and AdamW's state on the
+    CPU, the optimizer step there); null = none. Needs num_trainers > 1 (FSDP). (optimizer alone: not built yet.)"""
 
 
 @dataclass

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import os
 
+from rlvr.train import plan_parallel
 from rlvr.train.plan_cluster import (Actor, Cluster, Node, cluster_for, cluster_from_ray,  # noqa: F401
                                      local_gpu_memory_gib, place, requests)
 from rlvr.train.plan_memory import (BYTES, CUDA_CONTEXT_GIB, ENGINE_MIN_KV_GIB, FRAGMENTATION, GIB,  # noqa: F401
@@ -135,6 +136,8 @@ def make_plan(cfg, cluster: Cluster, shape: ModelShape | None, teacher: ModelSha
         logprob_chunk=t.logprob_chunk_size, reference=t.loss.beta > 0, on_gpu=has_gpus,
         sends=sync is not None and has_gpus, broadcast=sync in ("nccl", "gloo") and has_gpus,
         bucket_bytes=int(bucket) if sync == "nccl" and has_gpus else 0)
+    if shape is not None and (t.tensor_parallel > 1 or t.offload or t.grad_sync == "per_microbatch"):
+        tmem = plan_parallel.rank_memory(cfg, shape, mbs["tokens"], c, cluster, has_gpus)   # FSDP x TP, offload
     eb = BYTES.get(r.dtype if r.dtype != "auto" else ("bfloat16" if has_gpus else "float32"), 2)
     tb = BYTES.get(te.dtype if te.dtype != "auto" else ("bfloat16" if has_gpus else "float32"), 2)
     fraction, tfraction = float(r.gpu_memory_utilization), float(te.gpu_memory_utilization)
@@ -157,7 +160,8 @@ def make_plan(cfg, cluster: Cluster, shape: ModelShape | None, teacher: ModelSha
             if tneed > mem:
                 problems.append(f"trainer rank(s) {', '.join(str(a.index) for a in trainers)} need about "
                                 f"{tneed:.1f} GiB on {where}: lower train.max_tokens_per_microbatch, set "
-                                "train.gradient_checkpointing, or add ranks (train.num_trainers)")
+                                "train.gradient_checkpointing, or add ranks (train.num_trainers)"
+                                + (f" ({tmem['why']})" if tmem.get("why") else ""))
             continue
         wanted = [float(r.gpu_memory_utilization)] * len(engines) + [float(te.gpu_memory_utilization)] * len(teachers)
         caps = shared_fractions(mem, tneed, wanted) if len(on) > 1 else wanted
@@ -234,6 +238,7 @@ def make_plan(cfg, cluster: Cluster, shape: ModelShape | None, teacher: ModelSha
     if shape is not None:
         largest = shape.largest_tensor * c
         plan["sync_bucket_mib"] = round(bucket / 2**20, 1)
+        plan["trainer_layouts"] = plan_parallel.layouts_summary(cfg, shape, mbs["tokens"], c, cluster)
         plan["model"] = {"name": shape.name, "parameters": shape.params, "hidden": shape.hidden,
                          "layers": shape.layers, "vocab": shape.vocab, "tied": shape.tied}
         if cfg.sync.bucket_mb and bucket < largest:

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from rlvr.train import trainer_checkpoint, trainer_forward, trainer_step, trainer_weights
+from rlvr.train.parallel import build_mesh, data_coords
 from rlvr.train.trainer_model import (MasterWeights, load_policy, load_reference, resolve_device,  # noqa: F401
                                       resolve_dtype, synchronize)
 from rlvr.train.trainer_step import Batch, lr_lambda, merge_metrics  # noqa: F401
@@ -52,12 +53,18 @@ class PolicyTrainer:
         # ~1e-6 away.
         self.dtype = resolve_dtype(tcfg.dtype, self.device)
         self.model_path = model_path
+        # With train.tensor_parallel N the ranks form a (world / N) x N mesh (rlvr.train.parallel):
+        # a step splits its batch by the data-parallel coordinates (self.data_rank, data_world).
+        tp = max(1, getattr(tcfg, "tensor_parallel", 1))
+        self.mesh = build_mesh(world, tp, self.device) if world > 1 and tp > 1 else None   # None: FSDP over all
+        self.data_rank, self.data_world = data_coords(self.mesh, rank, world)
         self.model, self.tokenizer, self.master = load_policy(model_path, tcfg, self.device, self.dtype, world,
-                                                              trust_remote_code)
+                                                              trust_remote_code, self.mesh)
         self.ref = None
         if tcfg.loss.beta > 0:
             # The reference is the initial policy, also when resuming from a checkpoint.
-            self.ref = load_reference(ref_path or model_path, self.device, self.dtype, world, trust_remote_code)
+            self.ref = load_reference(ref_path or model_path, self.device, self.dtype, world, trust_remote_code,
+                                      self.mesh)
         self.ref_version = 0                     # the policy version the reference holds (train.ref_sync_every)
         self.opt, self.scaler, self.sched = trainer_step.build_optimizer(
             self.master.params if self.master else self.model.parameters(), tcfg, self.dtype, self.device, world,
@@ -108,8 +115,28 @@ class PolicyTrainer:
         passes over train.mini_batches mini-batches, one optimizer step each, with pi_old the
         policy before the first of them.
 
-        Returns metrics; with several ranks, merge them with merge_metrics()."""
-        return trainer_step.step(self, batch)
+        Returns metrics; with several ranks, merge them with merge_metrics() (with tensor
+        parallelism, leave out those marked `_tp_copy`: one rank per TP group reports).
+
+        trainer_step splits the batch by (rank, world): with tensor parallelism these are the
+        data-parallel coordinates for the step's duration (the ranks of a TP group take the
+        same sequences; FSDP averages over the data-parallel ranks only)."""
+        if self.data_world == self.world:
+            return trainer_step.step(self, batch)
+        rank, world = self.rank, self.world
+        self.rank, self.world = self.data_rank, self.data_world
+        try:
+            m = trainer_step.step(self, batch)
+        finally:
+            self.rank, self.world = rank, world
+        if not self.reports:
+            m["_tp_copy"] = 1.0      # the same sequences as its TP group's first rank: left out of the merge
+        return m
+
+    @property
+    def reports(self) -> bool:
+        """Whether this rank's step metrics count in the merge (the first rank of its TP group)."""
+        return self.mesh is None or self.mesh["tp"].get_local_rank() == 0
 
     def _backward(self, loss: torch.Tensor) -> None:
         """One micro-batch's backward (trainer_step.backward; the extra losses' too)."""

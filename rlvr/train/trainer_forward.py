@@ -60,10 +60,19 @@ def head_logprobs(h: torch.Tensor, head: torch.nn.Linear, targets: torch.Tensor,
     The copy costs 4 bytes per output-layer weight, and as much again for the running sum, in
     the backward pass."""
     w, b = head.weight, head.bias
+    fn = _selective(head)
     if chunk_size and h.shape[0] > chunk_size and w.requires_grad and w.dtype in (torch.bfloat16, torch.float16):
         w = w.float()
         b = b.float() if b is not None else None
-    return selective_logprobs(h, w, targets, temperature, chunk_size, with_entropy, b)
+    return fn(h, w, targets, temperature, chunk_size, with_entropy, b)
+
+
+def _selective(head):
+    """The chunked selective log-softmax for this output layer: vocabulary-parallel where its
+    weight is split over tensor-parallel ranks (rlvr.train.parallel)."""
+    from rlvr.train.parallel import is_vocab_parallel, vocab_parallel_logprobs
+
+    return vocab_parallel_logprobs if is_vocab_parallel(head.weight) else selective_logprobs
 
 
 def logprobs(model, prompts, comps, *, pad_id: int, device: str, temperature: float, chunk_size: int,

@@ -24,17 +24,14 @@ def resolve_dtype(dtype: str, device: str) -> torch.dtype:
             "float16": torch.float16, "fp16": torch.float16}[dtype]
 
 
-def shard(model, compute_dtype: torch.dtype, reduce_dtype: torch.dtype = torch.float32) -> None:
-    """FSDP2: shard each decoder layer, then the rest of the model; parameters are cast to
-    compute_dtype for forward/backward, gradients reduced (and accumulated over micro-batches)
-    in reduce_dtype."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+def shard(model, compute_dtype: torch.dtype, reduce_dtype: torch.dtype = torch.float32, mesh=None,
+          offload: str | None = None) -> None:
+    """FSDP2 (with tensor parallelism over mesh["tp"] where the mesh has one): each decoder
+    layer, then the rest of the model, parameters cast to compute_dtype for forward/backward,
+    gradients reduced in reduce_dtype (rlvr.train.parallel.shard)."""
+    from rlvr.train.parallel import shard as parallel_shard
 
-    mp = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=reduce_dtype)
-    layers = getattr(getattr(model, "model", model), "layers", [])
-    for layer in layers:
-        fully_shard(layer, mp_policy=mp)
-    fully_shard(model, mp_policy=mp)
+    parallel_shard(model, compute_dtype, reduce_dtype, mesh, offload)
 
 
 class MasterWeights:
@@ -112,10 +109,11 @@ def _from_pretrained(path: str, dtype: torch.dtype, trust_remote_code: bool):
 
 
 def load_policy(model_path: str, tcfg, device: str, dtype: torch.dtype, world: int = 1,
-                trust_remote_code: bool = False):
+                trust_remote_code: bool = False, mesh=None):
     """(model, tokenizer, master): the policy from model_path, loaded in float32 on `device`, in
     training mode. With world > 1 (torch.distributed initialised by the caller) it is sharded
-    (`shard`), its gradients reduced in train.grad_reduce_dtype; on one rank with a compute
+    (`shard`, tensor parallel over mesh["tp"] where `mesh` has one, offloaded as train.offload
+    asks), its gradients reduced in train.grad_reduce_dtype; on one rank with a compute
     dtype other than float32 its parameters are cast to it and `master` holds the fp32 copy
     (MasterWeights), else master is None. train.gradient_checkpointing is applied."""
     from transformers import AutoTokenizer
@@ -126,14 +124,16 @@ def load_policy(model_path: str, tcfg, device: str, dtype: torch.dtype, world: i
         model.gradient_checkpointing_enable()
     master: MasterWeights | None = None
     if world > 1:
-        shard(model, dtype, resolve_dtype(getattr(tcfg, "grad_reduce_dtype", "float32"), device))
+        shard(model, dtype, resolve_dtype(getattr(tcfg, "grad_reduce_dtype", "float32"), device), mesh,
+              getattr(tcfg, "offload", None))
     elif dtype != torch.float32:
         master = MasterWeights(model, dtype)
     model.train()
     return model, tokenizer, master
 
 
-def load_reference(path: str, device: str, dtype: torch.dtype, world: int = 1, trust_remote_code: bool = False):
+def load_reference(path: str, device: str, dtype: torch.dtype, world: int = 1, trust_remote_code: bool = False,
+                   mesh=None):
     """The frozen KL reference (train.loss.beta > 0), in evaluation mode without gradients: on
     one rank held in the compute dtype (no update, no master); with several, sharded and cast
     as the policy is."""
@@ -141,5 +141,5 @@ def load_reference(path: str, device: str, dtype: torch.dtype, world: int = 1, t
     for p in ref.parameters():
         p.requires_grad_(False)
     if world > 1:
-        shard(ref, dtype)
+        shard(ref, dtype, mesh=mesh)
     return ref

@@ -21,6 +21,7 @@ from rlvr.losses import EXTRA_LOSSES
 from rlvr.train import extras as extra_losses
 from rlvr.train import spans
 from rlvr.train.config import optimizer_args
+from rlvr.train.parallel import clip_grad_norm
 from rlvr.train.trainer_model import synchronize
 
 
@@ -327,8 +328,8 @@ def backward(tr, loss: torch.Tensor) -> None:
     by the last of them: the same count on every rank, as their plans are padded alike.
     With train.packing the backward runs under the packed attention too: gradient
     checkpointing recomputes each layer's forward there, on the same packed row."""
-    if tr.world > 1:
-        tr.model.set_requires_gradient_sync(tr._backwards_left <= 1)
+    if tr.world > 1:   # train.grad_sync per_microbatch: reduce-scatter after every backward (sharded grads only)
+        tr.model.set_requires_gradient_sync(tr._backwards_left <= 1 or tr.cfg.grad_sync == "per_microbatch")
     tr._backwards_left -= 1
     if tr.cfg.packing:
         from rlvr.train.packing import packed_attention
@@ -352,7 +353,7 @@ def optimizer_step(tr) -> float:
     # the parameters as they are now: FSDP registers a root module's unsharded parameters after
     # a forward pass (pi_old's) until the next backward reshards them
     params = tr.master.params if tr.master else tr.model.parameters()
-    norm = float(torch.nn.utils.clip_grad_norm_(params, tr.cfg.grad_clip))
+    norm = float(clip_grad_norm(params, tr.cfg.grad_clip))   # mesh-aware (rlvr.train.parallel)
     if tr.scaler is not None:
         tr.scaler.step(tr.opt)
         tr.scaler.update()

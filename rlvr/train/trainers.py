@@ -93,7 +93,8 @@ class TrainerGroup:
         """One step on `batch` on every rank; the ranks' metrics merged."""
         from rlvr.train.trainer import merge_metrics
 
-        return merge_metrics(self.call([t.step.remote(batch) for t in self.ranks], f"step {step + 1}"))
+        ms = self.call([t.step.remote(batch) for t in self.ranks], f"step {step + 1}")
+        return merge_metrics([m for m in ms if not m.pop("_tp_copy", 0.0)])   # one rank per TP group
 
     def call(self, ref, what: str):
         """ray.get on a trainer call; a dead or failing trainer ends the run with one clear line."""
