@@ -823,7 +823,16 @@ def _trainer(p: Port) -> None:
         lpm = (_role(p, role).get("config") or {}).get("logprobs_mode")
         if lpm is not None:
             value = "raw" if "raw" in str(lpm) else "processed"
-            if role == "rollout":
+            temp = (p.get("sampling") or {}).get("temperature")
+            hot = isinstance(temp, (int, float)) and not isinstance(temp, bool) and float(temp) not in (0.0, 1.0)
+            if role == "rollout" and value == "raw" and hot:   # (a wrong-typed temperature is refused below)
+                # their PPO ratio compared vLLM's log-probs before the temperature with the trainer's at it
+                p.map(f"roles.{role}.config.logprobs_mode", {"rollout.logprobs": "processed"},
+                      f"meaning changed: raw log-probs at temperature {float(temp):g} against the trainer's at that "
+                      "temperature made their importance ratio compare two distributions; rlvr takes the engine's "
+                      "log-probs at the temperature (processed)", lpm)
+                p.changed.append(f"roles.{role}.config.logprobs_mode")
+            elif role == "rollout":
                 p.map(f"roles.{role}.config.logprobs_mode", {"rollout.logprobs": value}, value=lpm)
             else:
                 p.imply(f"roles.{role}.config.logprobs_mode", "the policy's log-probs come from the rollout engines", lpm)

@@ -343,6 +343,10 @@ def test_users_config_of_64_sequences_of_768_tokens_is_planned_at_its_sequences(
     src = os.path.join(DATA, "port", "qwen3-1.7B-gsm8k-grpo-lr5e6.yaml")
     (tmp_path / "ported.yaml").write_text(port_config(yaml.safe_load(open(src)), source=src).yaml())
     cfg = load_config(TrainConfig, str(tmp_path / "ported.yaml"), [f"model.path={qwen_dir}"])
+    # the port keeps their 2 trainer GPUs as 2 FSDP ranks of 32 sequences each (tests/test_port_config.py);
+    # the arithmetic below is that of their micro-batch whole, on one rank
+    assert (cfg.train.num_trainers, cfg.train.micro_batch_size) == (2, 32)
+    cfg.train.num_trainers, cfg.train.micro_batch_size = 1, 64
     assert (cfg.train.micro_batch_size, cfg.rollout.max_model_len, cfg.rollout.max_tokens) == (64, 2560, 512)
     two = Cluster([Node(8, 2, 80.0, "n")], "planned")
     old = make_plan(cfg, two, qwen())                        # the longest prompt unknown: 64 x 2560 tokens
@@ -629,7 +633,7 @@ def test_engine_requests_carry_seeds_when_seeded_and_chat_prompts_their_end_of_t
                     False).fleet
         fleet.engines, fleet.end_of_turn = [Engine()], [99]
         fleet.submit(0, items)
-        _, _, seeds, _, stop_ids, min_version, lengths = sent[-1]
+        _, _, seeds, _, stop_ids, min_version, lengths = sent[-1][:7]   # then step, ids, timeout, abortable
         assert min_version is None and lengths is None    # between_rounds: no version to wait for; one length
         assert (seeds is not None) == seeded and stop_ids == [[], [99]]
         if seeded:

@@ -14,6 +14,40 @@ SYNC_METHODS = ("auto", "nccl", "gloo", "object_store")
 """sync.method's choices (rlvr.train.weight_sync.choose resolves auto)."""
 
 
+JUDGE_SERVED_NAME = "judge"   # the name the judge engine serves its model under (rlvr.train.judge_engines)
+JUDGE_ENGINE_DEFAULTS = {"model": None, "num_gpus": 1.0, "num_cpus": 1.0, "tensor_parallel_size": 1,
+                         "max_model_len": 4096, "gpu_memory_utilization": 0.9, "dtype": "auto", "resources": {},
+                         "extra_args": []}
+"""verify.judge.engine's options and their defaults (rlvr.train.judge_engines starts the server)."""
+
+
+def check_judge_engine(raw: dict, where: str = "verify.judge.engine") -> None:
+    """ConfigError for a bad judge engine option."""
+    from rlvr.errors import ConfigError
+
+    unknown = sorted(set(raw) - set(JUDGE_ENGINE_DEFAULTS))
+    if unknown:
+        raise ConfigError(f"{where}: unknown option(s) {', '.join(unknown)} "
+                          f"(known: {', '.join(sorted(JUDGE_ENGINE_DEFAULTS))})")
+    s = {**JUDGE_ENGINE_DEFAULTS, **raw}
+    if not isinstance(s["model"], str) or not s["model"].strip():
+        raise ConfigError(f"{where}.model is required (a model path or name, tiny, or base: the run's base model)")
+    for key in ("num_gpus", "num_cpus", "gpu_memory_utilization"):
+        v = s[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+            raise ConfigError(f"{where}.{key} must be a non-negative number, got {v!r}")
+    if not 0 < s["gpu_memory_utilization"] <= 1:
+        raise ConfigError(f"{where}.gpu_memory_utilization must lie in (0, 1], got {s['gpu_memory_utilization']!r}")
+    for key in ("tensor_parallel_size", "max_model_len"):
+        v = s[key]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ConfigError(f"{where}.{key} must be a positive integer, got {v!r}")
+    if not isinstance(s["extra_args"], list) or not all(isinstance(a, str) for a in s["extra_args"]):
+        raise ConfigError(f"{where}.extra_args must be a list of strings (vllm serve's flags)")
+    if not isinstance(s["resources"], dict):
+        raise ConfigError(f"{where}.resources must map Ray resource names to amounts")
+
+
 @dataclass
 class ModelConfig:
     path: str = "tiny"
@@ -198,16 +232,14 @@ class VerifyConfig:
         engine = judge.get("engine")
         if engine is not None:
             # a judge engine of the run's own: its URL and served name are known once it starts
-            from rlvr.train.judge_engines import SERVED_NAME, check_spec
-
             if not isinstance(engine, dict):
                 raise ConfigError(f"{where}.engine: expected a mapping (model, num_gpus, tensor_parallel_size, ...)")
-            check_spec(engine, f"{where}.engine")
+            check_judge_engine(engine, f"{where}.engine")
             if judge.get("base_url"):
                 raise ConfigError(f"{where}: base_url and engine are both set: give one (engine starts the judge's "
                                   "server inside the run)")
             judge = {k: v for k, v in judge.items() if k != "engine"}
-            judge.setdefault("model", SERVED_NAME)
+            judge.setdefault("model", JUDGE_SERVED_NAME)
             data["judge_engine"] = engine
         vc = dict(data.get("verifier_config") or {})
         if "judge" in vc and vc["judge"] != judge:

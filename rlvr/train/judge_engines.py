@@ -24,42 +24,18 @@ import os
 
 from rlvr.errors import ConfigError, Failure
 from rlvr.messages import say
+from rlvr.train.config_rollout import JUDGE_ENGINE_DEFAULTS as DEFAULTS  # noqa: F401 - their home
+from rlvr.train.config_rollout import JUDGE_SERVED_NAME as SERVED_NAME  # noqa: F401
+from rlvr.train.config_rollout import check_judge_engine as check_spec  # noqa: F401
 from rlvr.train.modes import Mode
 
-SERVED_NAME = "judge"
 MAX_RESTARTS = 3
-DEFAULTS = {"model": None, "num_gpus": 1.0, "num_cpus": 1.0, "tensor_parallel_size": 1, "max_model_len": 4096,
-            "gpu_memory_utilization": 0.9, "dtype": "auto", "resources": {}, "extra_args": []}
 
 
 def spec(cfg) -> dict:
     """The run's judge engine options with their defaults ({} when the run has none)."""
     raw = getattr(cfg.verify, "judge_engine", None) or {}
     return {**DEFAULTS, **raw} if raw else {}
-
-
-def check_spec(raw: dict, where: str = "verify.judge.engine") -> None:
-    """ConfigError for a bad judge engine option."""
-    unknown = sorted(set(raw) - set(DEFAULTS))
-    if unknown:
-        raise ConfigError(f"{where}: unknown option(s) {', '.join(unknown)} (known: {', '.join(sorted(DEFAULTS))})")
-    s = {**DEFAULTS, **raw}
-    if not isinstance(s["model"], str) or not s["model"].strip():
-        raise ConfigError(f"{where}.model is required (a model path or name, tiny, or base: the run's base model)")
-    for key in ("num_gpus", "num_cpus", "gpu_memory_utilization"):
-        v = s[key]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-            raise ConfigError(f"{where}.{key} must be a non-negative number, got {v!r}")
-    if not 0 < s["gpu_memory_utilization"] <= 1:
-        raise ConfigError(f"{where}.gpu_memory_utilization must lie in (0, 1], got {s['gpu_memory_utilization']!r}")
-    for key in ("tensor_parallel_size", "max_model_len"):
-        v = s[key]
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ConfigError(f"{where}.{key} must be a positive integer, got {v!r}")
-    if not isinstance(s["extra_args"], list) or not all(isinstance(a, str) for a in s["extra_args"]):
-        raise ConfigError(f"{where}.extra_args must be a list of strings (vllm serve's flags)")
-    if not isinstance(s["resources"], dict):
-        raise ConfigError(f"{where}.resources must map Ray resource names to amounts")
 
 
 def serve_args(model_dir: str, port: int, s: dict, on_gpu: bool) -> list[str]:

@@ -232,9 +232,9 @@ def requests(cfg, has_gpus: bool) -> list[Actor]:
                       float(te.engine_num_cpus), dict(te.engine_resources)) for e in range(te.num_engines)]
     je = getattr(cfg.verify, "judge_engine", None)   # the judge's vLLM server (rlvr.train.judge_engines)
     if je:
-        from rlvr.train.judge_engines import DEFAULTS
+        from rlvr.train.config_rollout import JUDGE_ENGINE_DEFAULTS
 
-        s = {**DEFAULTS, **je}
+        s = {**JUDGE_ENGINE_DEFAULTS, **je}
         out.append(Actor("judge", 0, float(s["num_gpus"]) * s["tensor_parallel_size"] if has_gpus else 0.0,
                          float(s["num_cpus"]), dict(s["resources"])))
     return out
