@@ -440,6 +440,21 @@ def _complete_records(path: str) -> tuple[list[dict], int]:
     return done, good_end
 
 
+def complete_objects(path: str) -> Iterator[dict]:
+    """The JSON objects of a diagnostic JSONL file a writer may still be appending to: lines up
+    to the first torn (unterminated) one; lines that are not an object are skipped."""
+    with open(path, "rb") as fh:
+        for ln in fh:
+            if not ln.endswith(b"\n"):
+                return
+            try:
+                r = orjson.loads(ln)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(r, dict):
+                yield r
+
+
 @contextlib.contextmanager
 def atomic_file(path: str, sync: bool = True) -> Iterator[BinaryIO]:
     """A binary file handle whose content appears at `path` only when the block ends without

@@ -19,8 +19,8 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 
-import orjson
 
+from rlvr.records import complete_objects
 from rlvr.train.figures import FATES
 from rlvr.train.spans import KINDS, read_spans
 
@@ -97,21 +97,14 @@ def timeline(spans: list[dict], steps: tuple[int | None, int | None], max_spans:
 def fates(path: str) -> list[dict]:
     """traces/fates.jsonl summed per policy version: [{"policy_version", <fate>: n}]."""
     per: dict[int, dict] = {}
-    with open(path, "rb") as fh:
-        for ln in fh:
-            if not ln.endswith(b"\n"):
-                break
-            try:
-                r = orjson.loads(ln)
-            except orjson.JSONDecodeError:
-                continue
-            v = r.get("policy_version") if isinstance(r, dict) else None
-            if not isinstance(v, int):
-                continue
-            row = per.setdefault(v, dict.fromkeys(FATES, 0))
-            for f in FATES:
-                if isinstance(r.get(f), (int, float)):
-                    row[f] += r[f]
+    for r in complete_objects(path):
+        v = r.get("policy_version")
+        if not isinstance(v, int):
+            continue
+        row = per.setdefault(v, dict.fromkeys(FATES, 0))
+        for f in FATES:
+            if isinstance(r.get(f), (int, float)):
+                row[f] += r[f]
     return [{"policy_version": v, **c} for v, c in sorted(per.items())]
 
 

@@ -242,23 +242,17 @@ def read_spans(path: str, steps: tuple[int | None, int | None] = (None, None)) -
     """The spans of a spans.jsonl whose step lies in steps (inclusive; None: open ended; spans
     without a step are kept). A torn last line is skipped; a bad line is skipped too (the file is
     a diagnostic, never a reason to fail a report)."""
+    from rlvr.records import complete_objects
+
     lo, hi = steps
     out = []
-    with open(path, "rb") as fh:
-        for ln in fh:
-            if not ln.endswith(b"\n"):
-                break
-            try:
-                r = orjson.loads(ln)
-            except orjson.JSONDecodeError:
-                continue
-            if not isinstance(r, dict) or not isinstance(r.get("start"), (int, float)) \
-                    or not isinstance(r.get("end"), (int, float)):
-                continue
-            s = r.get("step")
-            if isinstance(s, int) and ((lo is not None and s < lo) or (hi is not None and s > hi)):
-                continue
-            out.append(r)
+    for r in complete_objects(path):
+        if not isinstance(r.get("start"), (int, float)) or not isinstance(r.get("end"), (int, float)):
+            continue
+        s = r.get("step")
+        if isinstance(s, int) and ((lo is not None and s < lo) or (hi is not None and s > hi)):
+            continue
+        out.append(r)
     return out
 
 
