@@ -42,6 +42,11 @@ def test_validation_equals_rlvr_eval_and_reaches_the_trackers(ray_session, base_
     assert [r["step"] for r in train_rows] == [1, 2]
     assert [r["sync/engine_version"] for r in train_rows] == [1, 2]
     assert sorted(val_rows) == [0, 1, 2]              # before training, and every step
+    from rlvr.train.spans import read_spans
+
+    vals = [s for s in read_spans(str(run_dir / "traces" / "spans.jsonl")) if s["kind"] == "validation"]
+    assert sorted(s["step"] for s in vals) == [0, 1, 2]   # each validation on the timeline, sent to written
+    assert all(s["actor"] == "validation" and s["end"] >= s["start"] for s in vals)
     for step, row in val_rows.items():
         s = orjson.loads((run_dir / "val" / f"step_{step:06d}" / LEAF / "summary.json").read_bytes())
         assert row["val/toy/accuracy"] == s["metrics"]["accuracy"] and s["policy_version"] == step

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from rlvr.engines.base import EngineError, Result, Sample
 from rlvr.errors import ConfigError
 from rlvr.records import write_json
-from rlvr.train import ray_calls
+from rlvr.train import ray_calls, spans
 
 SUBMIT_TIMEOUT_S = 600.0   # preparing and sending the requests (tokenising the prompts) of one validation
 _TOKENIZING = threading.Lock()
@@ -141,6 +141,7 @@ class Pending:
     threads: dict = field(default_factory=dict)     # benchmark -> Thread
     engines: list = field(default_factory=list)     # their ActorEngines
     results: dict = field(default_factory=dict)     # benchmark -> summary dict or an exception
+    span: int | None = None                          # its `validation` span (rlvr.train.spans)
 
 
 class Validation:
@@ -213,6 +214,8 @@ class Validation:
 
         self.started.add(step)
         p = Pending(step, samples_total, elapsed, time.monotonic())
+        p.span = spans.begin("validation", step=step, version=step, actor="validation",
+                             benchmarks=list(self.records))
         version = engine_version(self.opts.engine)
         engines = []
         for b, recs in self.records.items():
@@ -297,6 +300,7 @@ class Validation:
             if any(th.is_alive() for th in p.threads.values()):
                 keep.append(p)
                 continue
+            spans.end(p.span)
             traces.metrics(self._line(p))
         self.pending = keep
 
