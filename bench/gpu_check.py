@@ -531,8 +531,12 @@ def fsdp_check(path: str, cfg, trainer, samples: list, gates: dict) -> dict:
         port = sk.getsockname()[1]
     nccl = dev.startswith("cuda")
     kw = {"device_id": torch.device("cuda", torch.cuda.current_device())} if nccl else {}
-    dist.init_process_group("nccl" if nccl else "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
-                            world_size=1, **kw)
+    owned = not dist.is_initialized()   # a host process's own one-process group is used as it is
+    if owned:
+        dist.init_process_group("nccl" if nccl else "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
+                                world_size=1, **kw)
+    elif dist.get_world_size() != 1:
+        raise RuntimeError(f"a process group of {dist.get_world_size()} ranks exists: the fsdp part runs one process")
     out: dict = {"backend": dist.get_backend(), "gates": gates}
     try:
         import torch.distributed.fsdp._fully_shard._fsdp_param_group as fpg
@@ -605,7 +609,8 @@ def fsdp_check(path: str, cfg, trainer, samples: list, gates: dict) -> dict:
             and out["wire_equal"] and r["version"] == out["version"] and r["optimizer_equal"] \
             and r["max_dlogp"] <= gates["restored_max"]
     finally:
-        dist.destroy_process_group()
+        if owned:
+            dist.destroy_process_group()
         gc.collect()
     return out
 

@@ -389,7 +389,7 @@ def test_the_teachers_scores_are_gathered_together_and_kept_in_order(monkeypatch
 
     d._restart = restart
     prompts = [[i] for i in range(8)]
-    rows, versions = d._score(SimpleNamespace(), prompts, [[1, 2]] * 8, 0)
+    rows, versions = d._score(SimpleNamespace(trainers=SimpleNamespace(version=0)), prompts, [[1, 2]] * 8, 0)
     assert [int(r[0][0, 0]) for r in rows] == list(range(8))        # in the items' order
     assert events[:4] == [("send", 0), ("send", 1), ("send", 2), ("wait", [0, 1, 2])]
     assert restarted == [(1, "gave no scores in 30s")] and events[4:] == [("send", 1), ("wait", [1])]

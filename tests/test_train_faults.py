@@ -218,13 +218,13 @@ def test_two_engines_hung_at_once_are_both_restarted(ray_session, base_model, tm
     monkeypatch.setattr(weight_sync.ObjectStoreSync, "restore", recorded)
     submit, stopped = EngineFleet.submit, []
 
-    def freeze_then_submit(self, e, items, step=None):
+    def freeze_then_submit(self, e, items, *args):
         # once the first step is done, both engines stop answering before any of step 2's prompts reach them
         if not stopped and first_step_done(tmp_path):
             for where in orjson.loads((tmp_path / "run.json").read_bytes())["placement"]["engines"]:
                 os.kill(where["pid"], signal.SIGSTOP)
                 stopped.append(where["pid"])
-        return submit(self, e, items, step)
+        return submit(self, e, items, *args)
 
     monkeypatch.setattr(EngineFleet, "submit", freeze_then_submit)
     try:

@@ -85,12 +85,16 @@ def sample_fates(filled: Filled, a: "Assembled", filter_zero_std: bool) -> list[
     of the loss by filter_zero_std); masked (kept out of the loss otherwise: a truncated sample
     under mask_truncated); timed_out (its verification timed out; it may have been trained on
     with reward 0). An informative group dynamic sampling drew beyond prompts_per_step has no
-    fate (neither trained on nor filtered). `a` is assemble()'s batch of filled.groups."""
+    fate (neither trained on nor filtered), nor does a sample of a step whose RL batch a mode
+    replaced (distillation alone). `a` is assemble()'s batch of filled.groups."""
     counts: Counter = Counter()
     trained = {id(g) for g in filled.groups}
     for g in filled.drawn:
         if id(g) not in trained and not g.informative:
             counts[(g.version_start, "zero_variance")] += len(g.samples)
+    if len(a.batch.loss_mask or []) != sum(len(g.samples) for g in filled.groups):
+        # a mode replaced the RL batch (distillation alone): no sample went into an RL loss
+        return [(v, fate, n) for (v, fate), n in sorted(counts.items())]
     k = 0
     for i, g in enumerate(filled.groups):
         verdicts = (g.verified or {}).get("verdicts") or []
