@@ -180,6 +180,9 @@ def test_the_fsdp_part_asks_for_a_one_process_nccl_group_on_a_gpu(monkeypatch):
         raise Stop
 
     monkeypatch.setattr(dist, "init_process_group", init)
+    # a fresh gpu-check process has no group yet; this worker may hold one (an in-process vLLM
+    # engine of an earlier test initialises a one-process group and keeps it)
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     with pytest.raises(Stop):
         mod.fsdp_check("model", None, types.SimpleNamespace(device="cuda:0"), [], {})
