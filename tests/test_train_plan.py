@@ -20,7 +20,7 @@ from helpers import DATA, REPO, invoke
 from rlvr.config_loader import load_config
 from rlvr.errors import ConfigError, Failure, UsageError
 from rlvr.train.config import TrainConfig, check
-from rlvr.train.plan import Cluster, ModelShape, Node, make_plan, read_model_config, trainer_memory
+from rlvr.train.plan import Actor, Cluster, ModelShape, Node, make_plan, place, read_model_config, trainer_memory
 from rlvr.train.placement import shared_gpus
 from rlvr.train.weight_sync import choose
 
@@ -162,6 +162,30 @@ def test_gpu_counts_per_actor_are_checked(qwen_dir):
         check(gsm8k(qwen_dir, "train.grad_reduce_dtype=fp8"))
     r = invoke("rlvr-train", [GSM8K, "--gpus", "2"])
     assert r.code == 2 and "go with --plan" in r.stderr
+
+
+def test_trainer_ranks_no_node_holds_span_nodes_each_tp_group_on_one(qwen_dir):
+    # 16 ranks on two 8-GPU nodes (their 32B layout, TP 8 x FSDP 2): not together, one TP
+    # group a node; the plan tells the run to place them with PACK, not STRICT_PACK
+    two = Cluster([Node(64, 8, 80.0, "a", {}), Node(64, 8, 80.0, "b", {})], "planned")
+    p = make_plan(gsm8k(qwen_dir, "train.num_trainers=16", "train.tensor_parallel=8", "rollout.num_engines=0"),
+                  two, None)
+    assert p["trainers_together"] is False and p["fits"], p["problems"]
+    assert [a["node"] for a in p["actors"] if a["role"] == "trainer"] == ["a"] * 8 + ["b"] * 8
+    assert any("span nodes (one PACK placement group" in n for n in p["notes"])
+    one = Cluster([Node(64, 8, 80.0, "a", {})], "planned")
+    assert make_plan(gsm8k(qwen_dir, "train.num_trainers=8", "rollout.num_engines=0"), one, None)["trainers_together"]
+    # 8 ranks over two nodes of 6 GPUs: rank by rank would split the second TP group of 4 (6 + 2);
+    # in groups it is 4 + 4, and groups that fit on no node are a problem, named
+    actors = [Actor("trainer", k, 1.0, 1.0) for k in range(8)]
+    problems, together = place(actors, [Node(16, 6, 80.0, "a", {}), Node(16, 6, 80.0, "b", {})], tensor_parallel=4)
+    assert not problems and not together and [a.node for a in actors] == [0] * 4 + [1] * 4
+    actors = [Actor("trainer", k, 1.0, 1.0) for k in range(4)]
+    small = [Node(16, 3, 80.0, "a", {}), Node(16, 3, 80.0, "b", {})]
+    assert place(actors, small, tensor_parallel=1) == ([], False)
+    actors = [Actor("trainer", k, 1.0, 1.0) for k in range(4)]
+    problems, _ = place(actors, small, tensor_parallel=4)
+    assert len(problems) == 1 and "in tensor-parallel groups of 4 on one node) fit on no node" in problems[0]
 
 
 def test_nccl_is_refused_on_shared_gpus_and_auto_falls_back():

@@ -59,6 +59,7 @@ class Cluster:
         self.info: dict | None = None      # rlvr.train.ray_cluster.describe's, for run.json
         self.plan: dict | None = None      # rlvr.train.plan's, made against the live cluster
         self.groups: list = []             # placement groups to remove at the end
+        self.layout: dict = {}             # how the trainer ranks were placed (trainer_group), for run.json
 
     def address(self) -> str:
         """The Ray cluster to join, "" for a Ray of our own: ray.address, else RAY_ADDRESS (set
@@ -152,28 +153,42 @@ class Cluster:
         self.plan = p
         return p
 
-    def trainer_group(self, world: int, res: dict) -> list:
-        """The trainer ranks' scheduling: one STRICT_PACK placement group (all ranks on one node,
-        so FSDP's collectives stay on its links) where the plan found a node that holds them,
-        else PACK; waited for within ray.startup_timeout_s."""
+    def trainer_group(self, world: int, res: dict, tensor_parallel: int = 1) -> list:
+        """The trainer ranks' scheduling strategies, rank 0 first: one STRICT_PACK placement group
+        (all ranks on one node, so FSDP's collectives stay on its links) where the plan found a
+        node that holds them, else one PACK group over several nodes (`spanning_bundles`: one
+        bundle per tensor-parallel group, the first on the driver's node, which holds the run
+        folder, where that node can hold one; `rank_bundles` orders the ranks); waited for
+        within ray.startup_timeout_s. self.layout says which, for run.json's mesh."""
         import ray
-        from ray.util.placement_group import placement_group
+        from ray.util.placement_group import placement_group, placement_group_table
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         bundle = {"CPU": float(res.get("num_cpus") or 0), "GPU": float(res.get("num_gpus") or 0),
                   **(res.get("resources") or {})}
         bundle = {k: v for k, v in bundle.items() if v}
         together = (self.plan or {}).get("trainers_together", True)
-        pg = placement_group([dict(bundle) for _ in range(world)], strategy="STRICT_PACK" if together else "PACK",
-                             name=f"rlvr-trainers-{self.tag}")
+        tp = max(1, int(tensor_parallel or 1))
+        me = ray.get_runtime_context().get_node_id()
+        if together:
+            bundles, selectors, strategy = [dict(bundle) for _ in range(world)], None, "STRICT_PACK"
+        else:
+            bundles, selectors = spanning_bundles(world, tp, bundle, me, ray.nodes())
+            strategy = "PACK"
+        pg = placement_group(bundles, strategy=strategy, name=f"rlvr-trainers-{self.tag}",
+                             **({"bundle_label_selector": selectors} if selectors else {}))
         self.groups.append(pg)
         limit = self.cfg.ray.startup_timeout_s
         ready, _ = ray_calls.wait([pg.ready()], timeout=limit)
         if not ready:
-            raise Failure(f"the trainer's placement group ({world} x {asks(res)}, "
-                          f"{'STRICT_PACK' if together else 'PACK'}) was not placed within {limit:.0f}s "
-                          f"(ray.startup_timeout_s); free: {free()}")
-        return [PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=r) for r in range(world)]
+            pinned = " with its first bundle on the driver's node" if selectors else ""
+            raise Failure(f"the trainer's placement group ({world} x {asks(res)}, {strategy}{pinned}) was not placed "
+                          f"within {limit:.0f}s (ray.startup_timeout_s); free: {free()}")
+        order = list(range(world))
+        if not together:
+            order = rank_bundles(placement_group_table(pg).get("bundles_to_node_id") or {}, world, tp, me)
+        self.layout = {"placement": strategy, "driver_node": me, "rank0_pinned": bool(selectors)}
+        return [PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=order[r]) for r in range(world)]
 
     def startup(self, refs, what: str, labels: list[str] | None = None):
         """ray.get for the start-up calls, bounded by ray.startup_timeout_s: an actor that was not
@@ -222,3 +237,33 @@ class Cluster:
             except Exception:  # noqa: BLE001
                 pass
         self.groups = []
+
+
+def spanning_bundles(world: int, tp: int, bundle: dict, driver_node: str, nodes: list) -> tuple[list, list | None]:
+    """A PACK group's bundles for `world` ranks over several nodes: one bundle per
+    tensor-parallel group (its `tp` ranks' resources; Ray puts a bundle on one node, so a TP
+    group never spans nodes). The first bundle is pinned to the driver's node (Ray's
+    `ray.io/node-id` label) where that node has the resources of one: rank 0 writes the
+    checkpoints' weights and completeness marker into the run folder there. None: no pin (a
+    driver on a node without GPUs, as a head node of `ray job submit`)."""
+    group = {k: v * tp for k, v in bundle.items()}
+    bundles = [dict(group) for _ in range(world // tp)]
+    have = next((n.get("Resources") or {} for n in nodes if n.get("NodeID") == driver_node), {})
+    if any(v > have.get(k, 0) + 1e-9 for k, v in group.items()):
+        return bundles, None
+    return bundles, [{"ray.io/node-id": driver_node}] + [{} for _ in bundles[1:]]
+
+
+def rank_bundles(bundle_nodes: dict, world: int, tp: int, driver_node: str) -> list[int]:
+    """The bundle of each rank (rank r: the r // tp-th of the ordered bundles, `tp` ranks to a
+    bundle): bundles on the driver's node first (rank 0 there where one is), then node by
+    node, so that consecutive ranks (a TP group, then the data-parallel neighbours) share a
+    node. bundle_nodes: Ray's placement_group_table "bundles_to_node_id"."""
+    n = world // tp
+    where = {int(k): v for k, v in bundle_nodes.items()}
+    first: dict[str, int] = {}
+    for b in range(n):
+        first.setdefault(where.get(b, ""), b)
+    key = {node: (node != driver_node, b) for node, b in first.items()}
+    ordered = sorted(range(n), key=lambda b: (*key[where.get(b, "")], b))
+    return [ordered[r // tp] for r in range(world)]

@@ -15,7 +15,8 @@ cluster's resources:
 
 - placement: the actors' GPU and CPU requests packed onto the cluster's nodes the way Ray
   does it (whole GPUs for whole requests, several fractional requests on one GPU), trainer
-  ranks first and together (one STRICT_PACK placement group where one node holds them);
+  ranks first and together (one STRICT_PACK placement group where one node holds them, else
+  one PACK group over several nodes, each tensor-parallel group on one node);
 - memory: each trainer rank's peak (`trainer_memory`, the arithmetic in its docstring) at the
   largest micro-batch (`microbatches`: sequences of at most the longest prompt plus the
   longest generation, within max_model_len; `measure_longest_prompt` reads the prompts where
@@ -96,12 +97,14 @@ def make_plan(cfg, cluster: Cluster, shape: ModelShape | None, teacher: ModelSha
     r, t, te = cfg.rollout, cfg.train, cfg.teacher
     has_gpus = cluster.gpus > 0
     actors = requests(cfg, has_gpus)
-    problems, together = place(actors, cluster.nodes)
+    problems, together = place(actors, cluster.nodes, t.tensor_parallel)
     notes = list(cluster.notes)
     world = max(1, t.num_trainers)
     if world > 1 and not together:
-        notes.append(f"no node holds all {world} trainer ranks: they are placed by Ray (PACK), not in one "
-                     "STRICT_PACK group")
+        notes.append(f"no node holds all {world} trainer ranks: they span nodes (one PACK placement group, rank 0 "
+                     "on the driver's node where it can hold one"
+                     + (f", each tensor-parallel group of {t.tensor_parallel} ranks on one node" if t.tensor_parallel > 1
+                        else "") + "), not one STRICT_PACK group")
     users: dict[tuple[int, int], list[Actor]] = {}     # (node, GPU) -> the actors on it
     for a in actors:
         for g in a.gpu_ids:

@@ -166,9 +166,11 @@ def _fit(actor: Actor, node: Node, cpus_left: float, gpu_left: list[float], res_
     return free[:k] if len(free) >= k else None
 
 
-def place(actors: list[Actor], nodes: list[Node]) -> tuple[list[str], bool]:
+def place(actors: list[Actor], nodes: list[Node], tensor_parallel: int = 1) -> tuple[list[str], bool]:
     """Pack the actors onto the nodes in order (sets each actor's node and gpu_ids); returns the
-    problems (actors that fit nowhere) and whether the trainer ranks share one node."""
+    problems (actors that fit nowhere) and whether the trainer ranks share one node. Where no
+    node holds them all, the trainer ranks go in groups of `tensor_parallel` consecutive ranks,
+    each group on one node (a TP group never spans nodes), as rlvr.train.cluster asks Ray."""
     cpus = [n.cpus for n in nodes]
     gpus = [[1.0] * n.gpus for n in nodes]
     custom = [dict(n.resources) if n.resources is not None else None for n in nodes]
@@ -190,27 +192,33 @@ def place(actors: list[Actor], nodes: list[Node]) -> tuple[list[str], bool]:
                 return True
         return False
 
-    trainers = [a for a in actors if a.role == "trainer"]
-    together = False
-    if len(trainers) > 1:
+    def on_one_node(group: list[Actor]) -> bool:
         for k in range(len(nodes)):
             snapshot = ([*cpus], [list(g) for g in gpus], [dict(c) if c is not None else None for c in custom])
-            if all(put(a, only=k) for a in trainers):
-                together = True
-                break
+            if all(put(a, only=k) for a in group):
+                return True
             cpus[:], gpus[:], custom[:] = snapshot
-            for a in trainers:
+            for a in group:
                 a.node, a.gpu_ids = None, []
+        return False
+
+    trainers = [a for a in actors if a.role == "trainer"]
+    together = len(trainers) > 1 and on_one_node(trainers)
+    tp = max(1, int(tensor_parallel or 1))
+    if not together and tp > 1:
+        for g in range(0, len(trainers), tp):
+            on_one_node(trainers[g:g + tp])
     left: dict[str, list[Actor]] = {}
     for a in actors:
-        if a.node is None and not put(a):
+        if a.node is None and (a.role == "trainer" and tp > 1 or not put(a)):   # a TP group that fits on no node
             left.setdefault(a.role, []).append(a)
     asked_gpus, asked_cpus = sum(a.gpus for a in actors), sum(a.cpus for a in actors)
     for role, out in left.items():
         names = ", ".join(str(a.index) for a in out)
         extra = "".join(f", {v:g} {k}" for k, v in out[0].resources.items())
-        problems.append(f"{len(out)} {role}(s) ({role} {names}: {out[0].gpus:g} GPU, {out[0].cpus:g} CPU{extra} each) fit on "
-                        f"no node: the run asks for {asked_gpus:g} GPU and {asked_cpus:g} CPU, the cluster has "
+        groups = f" in tensor-parallel groups of {tp} on one node" if role == "trainer" and tp > 1 else ""
+        problems.append(f"{len(out)} {role}(s) ({role} {names}: {out[0].gpus:g} GPU, {out[0].cpus:g} CPU{extra} "
+                        f"each{groups}) fit on no node: the run asks for {asked_gpus:g} GPU and {asked_cpus:g} CPU, the cluster has "
                         f"{sum(n.gpus for n in nodes)} GPU and {sum(n.cpus for n in nodes):g} CPU in {len(nodes)} "
                         "node(s) (Ray would wait for ever)")
     return problems, together or len(trainers) <= 1

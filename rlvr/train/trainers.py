@@ -15,7 +15,8 @@ import time
 
 from rlvr.errors import ConfigError, Failure
 from rlvr.messages import say
-from rlvr.runs import COMPLETE, checkpoint_dir, commit_checkpoint, latest_checkpoint, prune_checkpoints, tmp_checkpoint_dir
+from rlvr.runs import (COMPLETE, checkpoint_dir, commit_checkpoint, latest_checkpoint, prune_checkpoints,
+                       tmp_checkpoint_dir, update_manifest)
 from rlvr.train.cluster import actor_env, asks
 from rlvr.train import ray_calls
 
@@ -58,7 +59,7 @@ class TrainerGroup:
             log(f"the run folder is not shared with {len(blind)} other node(s) ({', '.join(sorted(blind.values()))}): "
                 f"the trainer runs on this node")
         elif world > 1:
-            strategies = self.cluster.trainer_group(world, res)
+            strategies = self.cluster.trainer_group(world, res, t.tensor_parallel)
         labels = [f"trainer rank {r} ({asks(res)})" for r in range(world)]
         self.ranks = actors = []   # known at once: a start-up failure kills those already made
         for r in range(world):
@@ -67,14 +68,18 @@ class TrainerGroup:
                           .options(name=f"rlvr-trainer-{r}-{self.cluster.tag}").remote(actor_env()))
             actors[-1].observe_as.remote(f"trainer-{r}", self.cfg.log.spans)
         startup = self.cluster.startup
-        if blind:
-            for r, where in enumerate(startup([a.node.remote() for a in actors], "placing the trainer", labels)):
-                if where["node_id"] in blind:
-                    raise ConfigError(f"trainer rank {r} was placed (train.trainer_resources) on node "
-                                      f"{blind[where['node_id']]}, which does not see the run folder {self.run_dir}: "
-                                      "put the run folder on a filesystem every node shares, or place the trainer "
-                                      "on this node")
+        placed = startup([a.node.remote() for a in actors], "placing the trainer", labels)
+        for r, where in enumerate(placed):
+            if where["node_id"] in blind:
+                raise ConfigError(f"trainer rank {r} was placed (train.trainer_resources) on node "
+                                  f"{blind[where['node_id']]}, which does not see the run folder {self.run_dir}: "
+                                  "put the run folder on a filesystem every node shares, or place the trainer "
+                                  "on this node")
         master = startup(actors[0].address.remote(), "starting the trainer", labels[:1]) if world > 1 else None
+        layout = dict(self.cluster.layout) if strategies[0] is not None else \
+            {"placement": "driver node" if "scheduling_strategy" in res else "one rank",
+             "driver_node": ray.get_runtime_context().get_node_id()}
+        update_manifest(self.run_dir, mesh=mesh_record(placed, ray.nodes(), t.tensor_parallel, layout, master))
         startup([a.setup.remote(model, t, self.cfg.rollout.max_tokens, t.steps, self.cfg.model.trust_remote_code,
                                 ref, self.cfg.rollout.temperature, r, world, master)
                  for r, a in enumerate(actors)], "loading the model into the trainer", labels)
@@ -153,3 +158,23 @@ class TrainerGroup:
             except Exception:  # noqa: BLE001
                 pass
         self.ranks = []
+
+
+def mesh_record(placed: list[dict], nodes: list[dict], tensor_parallel: int, layout: dict,
+                master: tuple[str, int] | None) -> dict:
+    """run.json's `mesh`: the trainer's world, tensor- and data-parallel degrees, the nodes its
+    ranks run on (Ray node id, address, ranks) in order of their first rank, which node holds
+    rank 0 and whether it is the driver's (the run folder's), how they were placed (STRICT_PACK:
+    one node; PACK: over several nodes; driver node: pinned beside a run folder other nodes do
+    not see) and the ranks' rendezvous (rank 0's node address). placed: each rank's
+    rlvr.train.processes.placement(), rank 0 first; nodes: ray.nodes()."""
+    world, tp = len(placed), max(1, int(tensor_parallel or 1))
+    address = {n["NodeID"]: n.get("NodeManagerAddress") for n in nodes}
+    by_node: dict[str, list[int]] = {}
+    for r, where in enumerate(placed):
+        by_node.setdefault(where["node_id"], []).append(r)
+    rank0 = placed[0]["node_id"]
+    return {"world": world, "tensor_parallel": tp, "data_parallel": world // tp, **layout,
+            "rank0_node": rank0, "rank0_on_driver_node": rank0 == layout.get("driver_node"),
+            "rendezvous": f"{master[0]}:{master[1]}" if master else None,
+            "nodes": [{"node_id": n, "address": address.get(n), "ranks": ranks} for n, ranks in by_node.items()]}
