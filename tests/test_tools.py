@@ -345,12 +345,14 @@ def test_config_checks_tools(tiny_model_dir):
 
 
 def test_two_turn_tool_rollouts_in_a_tiny_training_run(ray_session, base_model, tmp_path):
-    """rlvr-train with rollout.tools on the hf engine, asynchronous (max_staleness 1): the tiny
-    model's random text calls the tool (markers "a" ... "e"); the rollouts record the turns and
-    every token's version, and training runs on sequences whose tool tokens are masked out of
-    the loss. (sync.mode in_flight runs the same engine actor through its in-flight server: the
-    actor and server tests above.)"""
+    """rlvr-train with rollout.tools on the hf engine, asynchronous (max_staleness 1) with
+    in-flight updates (sync.mode in_flight: the engine actors' server runs the tool turns; the
+    between_rounds engine call with tools, synchronous or asynchronous, is tested on its own
+    above): the tiny model's random text calls the tool (markers "a" ... "e"); the rollouts
+    record the turns and every token's version, and training runs on sequences whose tool
+    tokens are masked out of the loss."""
     cfg = cfg_for(base_model, "train.steps=2", "train.max_staleness=1", "checkpoint.every=0", *SMALL,
+                  "sync.mode=in_flight",
                   "train.filter_zero_std=false", "train.mask_truncated=false",
                   "rollout.max_tokens=48", "rollout.tools=[python]", "rollout.tool_markers=a|e",
                   "rollout.max_turns=2", "rollout.tool_output_chars=10", "rollout.tool_timeout=1")
