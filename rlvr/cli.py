@@ -180,6 +180,34 @@ def progress_option(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
 
 
+def tool_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--tools and its settings (rlvr.tools), shared by rlvr-rollout and rlvr-eval; the command
+    gets tools, max_turns, tool_markers, tool_output_chars, tool_timeout (tool_settings)."""
+    for opt in reversed((
+        click.option("--tools", "tools", multiple=True, type=click.Choice(["python"]), help="Multi-turn rollouts: a closed code block runs in the sandbox and its output is appended as a tool turn (see docs/rollout.md)."),
+        click.option("--max-turns", type=click.IntRange(min=1), default=4, show_default=True, help="With --tools: the most model turns per completion."),
+        click.option("--tool-markers", default="both", show_default=True, metavar="both|markdown|code|OPEN|CLOSE", help="With --tools: the code blocks that call the tool: ```python ... ``` (markdown), <code> ... </code> (code), both, or a custom pair OPEN|CLOSE."),
+        click.option("--tool-output-chars", type=click.IntRange(min=1), default=2000, show_default=True, help="With --tools: the tool output the model sees is cut to this many characters."),
+        click.option("--tool-timeout", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True, help="With --tools: CPU seconds of one tool call (its wall clock: twice that)."),
+    )):
+        f = opt(f)
+    return f
+
+
+def tool_settings(tools: tuple[str, ...], max_turns: int, tool_markers: str, tool_output_chars: int,
+                  tool_timeout: float):
+    """tool_options' values as rlvr.tools.ToolSettings; None without --tools (ConfigError on bad values)."""
+    if not tools:
+        return None
+    from rlvr.tools import ToolSettings, parse_markers
+
+    try:
+        return ToolSettings(tools=tuple(dict.fromkeys(tools)), markers=parse_markers(tool_markers),
+                            max_turns=max_turns, max_output_chars=tool_output_chars, timeout_s=tool_timeout)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
 def parse_shard(value: str | None) -> tuple[int, int] | None:
     """'I/N' -> (I, N) with 0 <= I < N; None passes through."""
     if value is None:

@@ -24,6 +24,10 @@ the per-token 1 (model) / 0 (tool) mask a trainer applies. logprobs hold None at
 tokens; versions (run-length weight versions) give tool tokens the version of the model
 turn they answer, so per-token staleness holds across turns (each model turn carries the
 version it was sampled on).
+
+The turn logic is Trajectory's (request, after_model, after_tool, sample): tool_stream drives
+it on one thread, and rlvr-train's in-flight server (rlvr.train.inflight) drives the same
+trajectories with tool calls on a thread of their own.
 """
 
 from __future__ import annotations
@@ -54,6 +58,16 @@ def parse_markers(value: str) -> tuple[tuple[str, str], ...]:
     if not sep or not opening or not closing:
         raise ValueError(f"tool markers: expected both, {', '.join(MARKERS)} or OPEN|CLOSE, got {value!r}")
     return ((opening, closing),)
+
+
+def format_markers(markers: tuple[tuple[str, str], ...]) -> str:
+    """The --tool-markers value that parse_markers turns into `markers`."""
+    for name in ("both", *MARKERS):
+        if parse_markers(name) == tuple(markers):
+            return name
+    if len(markers) != 1:
+        raise ValueError(f"tool markers: {len(markers)} custom pairs have no --tool-markers form")
+    return "|".join(markers[0])
 
 
 OUTPUT_TEMPLATE = "\n```output\n{output}\n```\n"
@@ -97,6 +111,13 @@ class ToolSettings:
         """The inverse of to_dict (how the settings travel to a rollout actor)."""
         d = dict(d)
         return cls(tools=tuple(d.pop("tools")), markers=tuple(tuple(m) for m in d.pop("markers")), **d)
+
+    def cli_args(self) -> list[str]:
+        """The command-line options (rlvr-rollout, rlvr-eval) that give these settings; the
+        output template, wall clock, memory and sandbox mode are the library's defaults."""
+        return [*(x for t in self.tools for x in ("--tools", t)), "--max-turns", str(self.max_turns),
+                "--tool-markers", format_markers(self.markers), "--tool-output-chars", str(self.max_output_chars),
+                "--tool-timeout", f"{self.timeout_s:g}"]
 
     def to_dict(self) -> dict:
         """What generation.sampling.tools records (and a resume must match)."""
@@ -210,10 +231,15 @@ def loss_mask(turns: list[dict], n_tokens: int) -> list[int]:
 
 
 @dataclass
-class _Trajectory:
+class Trajectory:
+    """One sample's trajectory, turn by turn (what tool_stream and rlvr.train.inflight's
+    server both drive): request() gives the next model turn's request, after_model() takes
+    its one-sample result and says what follows, after_tool() appends the tool's output."""
+
     prompt: list[int]
-    sampling: Sampling
-    seed: int | None
+    sampling: Sampling      # the sample's own (its n is the request's; each turn asks for one)
+    seed: int | None        # the request's seed; sample j starts from seed + j
+    index: int = 0          # j, the sample's index in its request
     ids: list[int] = field(default_factory=list)
     logprobs: list[float | None] = field(default_factory=list)
     versions: list[list] = field(default_factory=list)
@@ -225,6 +251,18 @@ class _Trajectory:
 
     def left(self) -> int:
         return self.sampling.max_tokens - len(self.ids)
+
+    def request(self, tools: ToolSettings) -> tuple[list[int], int | None, Sampling]:
+        """The next model turn: (the prompt plus everything so far, its seed, its sampling: one
+        sample, the closing markers as stop strings, the token budget left)."""
+        stop = tuple(dict.fromkeys((*self.sampling.stop, *tools.closers)))
+        sp = replace(self.sampling, n=1, stop=stop, max_tokens=self.left())
+        seed = None
+        if self.seed is not None:
+            j = self.seed + self.index
+            seed = j if self.requests == 0 else prompt_seed(j, "tool-turn", epoch=self.requests)
+        self.requests += 1
+        return self.prompt + self.ids, seed, sp
 
     def add(self, role: str, text: str, ids: list[int], lps: list | None, versions: list[list], **extra) -> None:
         start = len(self.ids)
@@ -245,33 +283,69 @@ class _Trajectory:
     def model_text(self) -> str:
         return self.turns[-1]["text"] if self.turns and self.turns[-1]["role"] == "model" else ""
 
-    def sample(self, want_lps: bool) -> Sample:
+    def after_model(self, s: Sample, tools: ToolSettings) -> tuple[str, str | None]:
+        """Append a model turn (the engine's one sample for request()). Returns ("call", code)
+        when it closed a code block the tool runs, ("resume", None) when generation goes on in
+        the same turn (a closing marker with no block open), ("done", None) when the sample ends."""
+        closers = tools.closers
+        text = s.text
+        called = s.finish_reason == "stop" and isinstance(s.stop_reason, str) and s.stop_reason in closers \
+            and s.stop_reason not in self.sampling.stop
+        if called:
+            text += s.stop_reason   # the engine cuts the stop string from the text (its tokens stay)
+        if not self.turns or self.turns[-1]["role"] != "model":
+            self.model_turns += 1
+        self.add("model", text, list(s.token_ids), s.logprobs, s.versions or [])
+        self.finish, self.stop_reason = s.finish_reason, s.stop_reason
+        if not called:
+            return "done", None
+        if self.left() <= 0:
+            self.finish, self.stop_reason = "length", None
+            return "done", None
+        code = find_code(self.model_text(), tools.markers)
+        if code is None:   # the closing marker closed no code block: go on in this turn
+            return "resume", None
+        if self.model_turns >= tools.max_turns:
+            self.turns[-1]["max_turns"] = True   # the last turn's call is not run
+            return "done", None
+        return "call", code
+
+    def after_tool(self, code: str, out: dict, tools: ToolSettings, tokenizer: Any, version: Any) -> bool:
+        """Append the tool turn for `code` (run_python's `out`), its tokens tagged with the
+        version of the model turn it answers (`version` when there is none). Whether the
+        sample goes on (False: the budget is spent)."""
+        output = cut_output(out["output"], tools.max_output_chars)
+        shown = tools.output_template.replace("{output}", output)
+        ids = list(tokenizer.encode(shown, add_special_tokens=False))
+        last_v = self.versions[-1][0] if self.versions else version
+        cut = len(ids) > self.left()
+        ids = ids[: self.left()]
+        extra = {k: out[k] for k in ("exit_code", "signal") if k in out}
+        self.add("tool", shown if not cut else tokenizer.decode(ids), ids, None, [[last_v, len(ids)]],
+                 tool="python", code=code, status=out["status"], output=output, **extra)
+        if cut or self.left() <= 0:
+            self.finish, self.stop_reason = "length", None
+            return False
+        return True
+
+    def sample(self) -> Sample:
         return Sample(text="".join(t["text"] for t in self.turns), token_ids=list(self.ids), finish_reason=self.finish,
-                      stop_reason=self.stop_reason, logprobs=list(self.logprobs) if want_lps else None,
+                      stop_reason=self.stop_reason, logprobs=list(self.logprobs) if self.sampling.logprobs else None,
                       versions=[list(v) for v in self.versions], turns=self.turns)
 
 
 def tool_stream(engine: Any, requests: Iterable[tuple], sampling: Sampling, tools: ToolSettings,
-                window: int | None = None) -> Iterator[tuple[Any, Result]]:
+                window: int | None = None, each_step: bool = False) -> Iterator[tuple[Any, Result]]:
     """Engine.stream with tool turns (see the module docstring): each of a request's n
     samples is its own trajectory, generated turn by turn; (handle, Result) once all n are
-    done. Tool code runs here, between engine steps, one call at a time."""
+    done. Tool code runs here, between engine steps, one call at a time. each_step: the
+    source is asked again after every engine step (Engine.stream's; a caller's deadline)."""
     tok = engine.tokenizer
-    closers = tools.closers
     pending: deque = deque()
-    state: dict[tuple, _Trajectory] = {}
+    state: dict[tuple, Trajectory] = {}
     done: dict[Any, list] = {}
     firsts: dict[Any, Result] = {}
     src = iter(requests)
-
-    def turn_sampling(tr: _Trajectory) -> Sampling:
-        stop = tuple(dict.fromkeys((*tr.sampling.stop, *closers)))
-        return replace(tr.sampling, n=1, stop=stop, max_tokens=tr.left())
-
-    def turn_seed(tr: _Trajectory, j: int) -> int | None:
-        if tr.seed is None:
-            return None
-        return tr.seed + j if tr.requests == 0 else prompt_seed(tr.seed + j, "tool-turn", epoch=tr.requests)
 
     def source() -> Iterator:
         while True:
@@ -292,54 +366,21 @@ def tool_stream(engine: Any, requests: Iterable[tuple], sampling: Sampling, tool
             own = item[3] if len(item) > 3 else sampling
             done[handle] = [None] * own.n
             for j in range(own.n):
-                tr = _Trajectory(prompt=list(ids), sampling=own, seed=seed)
+                tr = Trajectory(prompt=list(ids), sampling=own, seed=seed, index=j)
                 state[(handle, j)] = tr
-                yield (handle, j), tr.prompt, turn_seed(tr, j), turn_sampling(tr)
-                tr.requests += 1
+                yield ((handle, j), *tr.request(tools))
 
-    for (handle, j), res in engine.stream(source(), sampling, window=window):
+    for (handle, j), res in engine.stream(source(), sampling, window=window, each_step=each_step):
         tr = state[(handle, j)]
         firsts.setdefault(handle, res)
-        s = res.samples[0]
-        text = s.text
-        called = s.finish_reason == "stop" and isinstance(s.stop_reason, str) and s.stop_reason in closers \
-            and s.stop_reason not in tr.sampling.stop
-        if called:
-            text += s.stop_reason   # the engine cuts the stop string from the text (its tokens stay)
-        if not tr.turns or tr.turns[-1]["role"] != "model":
-            tr.model_turns += 1
-        tr.add("model", text, list(s.token_ids), s.logprobs, s.versions or [])
-        nxt = None
-        tr.finish, tr.stop_reason = s.finish_reason, s.stop_reason
-        if called and tr.left() > 0:
-            code = find_code(tr.model_text(), tools.markers)
-            if code is None:   # the closing marker closed no code block: go on in this turn
-                nxt = tr
-            elif tr.model_turns >= tools.max_turns:
-                tr.turns[-1]["max_turns"] = True   # the last turn's call is not run
-            else:
-                out = run_python(code, tools)
-                shown = tools.output_template.replace("{output}", cut_output(out["output"], tools.max_output_chars))
-                ids = list(tok.encode(shown, add_special_tokens=False))
-                last_v = tr.versions[-1][0] if tr.versions else res.version
-                cut = len(ids) > tr.left()
-                ids = ids[: tr.left()]
-                extra = {k: out[k] for k in ("exit_code", "signal") if k in out}
-                tr.add("tool", shown if not cut else tok.decode(ids), ids, None, [[last_v, len(ids)]],
-                       tool="python", code=code, status=out["status"], output=cut_output(out["output"], tools.max_output_chars),
-                       **extra)
-                if cut or tr.left() <= 0:
-                    tr.finish, tr.stop_reason = "length", None
-                else:
-                    nxt = tr
-        elif called:
-            tr.finish, tr.stop_reason = "length", None
-        if nxt is not None:
-            pending.append(((handle, j), tr.prompt + tr.ids, turn_seed(tr, j), turn_sampling(tr)))
-            tr.requests += 1
+        action, code = tr.after_model(res.samples[0], tools)
+        if action == "call":
+            action = "resume" if tr.after_tool(code, run_python(code, tools), tools, tok, res.version) else "done"
+        if action == "resume":
+            pending.append(((handle, j), *tr.request(tools)))
             continue
         del state[(handle, j)]
-        done[handle][j] = tr.sample(tr.sampling.logprobs)
+        done[handle][j] = tr.sample()
         if all(x is not None for x in done[handle]):
             first = firsts.pop(handle)
             out_res = Result(prompt_token_ids=list(first.prompt_token_ids), samples=done.pop(handle),

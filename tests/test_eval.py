@@ -1,6 +1,6 @@
 """rlvr-eval on the tiny model with the hf engine: the composition data -> rollout -> verify
 -> summary (accuracy, IF metrics, pass@k) with the canonical settings recorded, resume and
-skip of finished work. The watch loop and --jobs are tests/test_eval_jobs.py; the results
+skip of finished work, tool-using evaluation (--tools python). The watch loop and --jobs are tests/test_eval_jobs.py; the results
 tables tests/test_eval_table.py."""
 
 from __future__ import annotations
@@ -95,6 +95,58 @@ def test_pass_at_k_and_instruction_following_metrics(tiny_model_dir, tmp_path):
     assert m["inst_level_strict_acc"] == pytest.approx(sum(map(sum, strict)) / sum(map(len, strict)))
     assert m["prompt_level_loose_acc"] == pytest.approx(sum(all(s) for s in loose) / len(loose))
     assert m["inst_level_loose_acc"] == pytest.approx(sum(map(sum, loose)) / sum(map(len, loose)))
+
+
+def test_tool_using_evaluation_keeps_trajectories_and_scores_the_final_answer(tiny_model_dir, tmp_path):
+    """rlvr-eval --tools python: on the scripted engine the trajectories, their tool calls and
+    the verdicts are exact (the final model turn's answer is scored: 8 is wrong although the
+    tool printed 7); the tiny model runs the command end to end with its settings recorded,
+    and a sweep's child gets the same tool options."""
+    from fakes.scripted_engine import ScriptedEngine, in_turns
+
+    from rlvr.engines.base import load_tokenizer
+    from rlvr.eval import jobs as sweep
+    from rlvr.eval import runner as ev
+    from rlvr.tools import ToolSettings
+
+    tools = ToolSettings(timeout_s=2.0)
+    opts = ev.EvalOptions(engine="hf", limit=2, verify_jobs=1, tools=tools, max_tokens=128)   # toy: 32 tokens
+    recs = ev.prompts("toy", opts)
+    code = "Let me add.\n```python\nprint(3 + 4)\n```"
+    answers = {recs[0]["prompt"]: in_turns([code, " So it is 7."], recs[0]["prompt"]),
+               recs[1]["prompt"]: in_turns([code, " So it is 8."], recs[1]["prompt"])}
+    eng = ScriptedEngine(load_tokenizer(tiny_model_dir), lambda text: next(f(text) for p, f in answers.items()
+                                                                             if text.startswith(p)))
+    summary = ev.evaluate_one("scripted", str(tmp_path / "s"), "toy", opts, recs, eng)
+    results = load(tmp_path / "s" / "results.jsonl")
+    assert [x["rewards"] for x in results] == [[1.0], [0.0]] and summary["metrics"]["accuracy"] == 0.5
+    for x in results:
+        [turns] = x["trajectories"]
+        assert [t["role"] for t in turns] == ["model", "tool", "model"] and turns[1]["output"] == "7\n"
+        assert x["completions"] == ["".join(t["text"] for t in turns)]
+        assert x["generation"]["sampling"]["tools"] == tools.to_dict()
+    assert summary["tools"] == {"settings": tools.to_dict(), "calls": 2, "calls_per_completion": 1.0,
+                                "completions_with_calls": 2, "statuses": {"ok": 2}}
+    # the tiny model, end to end (markers it writes often: "a" ... "e")
+    out = tmp_path / "tiny"
+    args = [tiny_model_dir, str(out), "-b", "toy", "--limit", "2", "--max-tokens", "32", "--tools", "python",
+            "--tool-markers", "a|e", "--max-turns", "2", "--tool-output-chars", "10", "--tool-timeout", "1", *HF]
+    r = invoke("rlvr-eval", args)
+    assert r.code == 0, r.stderr
+    summary = orjson.loads((out / "summary.json").read_bytes())
+    results = load(out / "results.jsonl")
+    turns = [t for x in results for t in x["trajectories"]]
+    assert len(turns) == 2 and summary["tools"]["settings"]["markers"] == [["a", "e"]]
+    assert summary["tools"]["calls"] == sum(t["role"] == "tool" for tr in turns for t in tr)
+    assert all(sum(t["role"] == "model" for t in tr) <= 2 and tr[-1]["tokens"][1] <= 32 for tr in turns)
+    assert summary["metrics"]["accuracy"] == sum(x["rewards"][0] for x in results) / 2
+    unit = sweep.unit_command(sweep.Unit("/c", "o", sweep.Task("toy")), ev.EvalOptions(tools=ToolSettings(
+        markers=(("a", "e"),), max_turns=2, max_output_chars=10, timeout_s=1.0)), None)
+    assert " ".join(unit).endswith("--tools python --max-turns 2 --tool-markers a|e --tool-output-chars 10 "
+                                   "--tool-timeout 1")
+    r = invoke("rlvr-eval", [tiny_model_dir, str(tmp_path / "lm"), "-b", "gsm8k", "--harness", "lm-eval",
+                             "--tools", "python"])
+    assert r.code == 2 and "--tools" in r.stderr
 
 
 def test_usage_errors(tiny_model_dir, tmp_path):

@@ -1,7 +1,9 @@
 """Multi-turn rollouts with a Python tool (rlvr.tools): a scripted engine writes known code
 blocks, so the tool outputs, token spans, loss masks and records are checked exactly;
 hostile tool code gets the sandbox's verdicts and the rollout goes on; the tiny model runs
-the mechanics on the real engines; the pipe rlvr-rollout --tools python | rlvr-verify."""
+the mechanics on the real engines; the pipe rlvr-rollout --tools python | rlvr-verify; rlvr-train's
+engine actor with tools (a deadline, an abort, served in flight) and the in-flight server's tool
+turns beside other requests and updates."""
 
 from __future__ import annotations
 
@@ -160,15 +162,28 @@ def test_rollout_records_and_verify(tok):
     assert got[0]["rewards"] == [1.0, 1.0] and got[1]["rewards"] == [0.0, 0.0]
 
 
-@pytest.mark.parametrize("engine", ["hf_engine", "vllm_engine"])
+@pytest.mark.parametrize("engine", ["hf_engine", "vllm_engine", "vllm_in_flight"])
 def test_tiny_model_on_the_real_engines(engine, request):
-    """The real engines (hf, vLLM): markers a random model writes often ("a" ... "e": the code
-    is noise, a compile or runtime error) make turns stop at the closing marker, run the tool
-    and resume from the prompt plus what came before."""
-    eng = request.getfixturevalue(engine)
+    """The real engines (hf, vLLM, and vLLM served in flight by rlvr.train.inflight): markers a
+    random model writes often ("a" ... "e": the code is noise, a compile or runtime error) make
+    turns stop at the closing marker, run the tool and resume from the prompt plus what came
+    before. In flight, with no update, the trajectories are tool_stream's own."""
+    from rlvr.train.inflight import InFlightServer
+
+    eng = request.getfixturevalue("vllm_engine" if engine == "vllm_in_flight" else engine)
     tools = ToolSettings(markers=(("a", "e"),), max_turns=3, max_output_chars=20, timeout_s=1.0)
     sampling = Sampling(n=4, max_tokens=128, seed=0, temperature=1.0, logprobs=True)
     [(_, res)] = list(tool_stream(eng, [(0, enc(eng.tokenizer, "Hello"), 3)], sampling, tools))
+    if engine == "vllm_in_flight":
+        server = InFlightServer(eng, "recompute", lambda: 0)
+        try:
+            results, errors, v0 = server.generate([enc(eng.tokenizer, "Hello")], [sampling], [3], tools=tools)
+        finally:
+            server.close()
+        assert not errors and v0 == 0
+        assert [s.token_ids for s in results[0].samples] == [s.token_ids for s in res.samples]
+        assert [s.turns for s in results[0].samples] == [s.turns for s in res.samples]
+        res = results[0]
     assert len(res.samples) == 4
     roles = [[t["role"] for t in s.turns] for s in res.samples]
     assert any(("tool", "model") in set(zip(r, r[1:])) for r in roles), roles   # a turn after a tool turn
@@ -193,12 +208,136 @@ def test_pipe_rollout_tools_into_verify(tiny_model_dir, tmp_path):
     assert len(rec["rewards"]) == 1
 
 
+def test_in_flight_server_runs_a_tool_beside_other_requests_and_resumes_on_the_new_weights(tok, monkeypatch):
+    """rlvr.train.inflight with tools, on the scripted engine: while a sample's tool call runs,
+    another call's request is generated and an update lands; the sample's next model turn then
+    runs on the new weights, its tool tokens keep the version of the turn they answer and are
+    masked out of the loss, and the trajectory is the one tool_stream makes. A server closed
+    while a tool runs fails the call that waits on it."""
+    import threading
+
+    import rlvr.tools
+    from rlvr.train.inflight import InFlightServer
+
+    plain = "Q: say hi\nA: "
+    turns = scripted([TURN1, TURN2])
+    eng = ScriptedEngine(tok, lambda text: turns(text) if text.startswith(PROMPT) else "Hi.")
+    started, proceed = threading.Event(), threading.Event()
+    real = rlvr.tools.run_python
+
+    def held(code, tools):
+        out = real(code, tools)
+        started.set()
+        assert proceed.wait(timeout=300)
+        return out
+
+    monkeypatch.setattr(rlvr.tools, "run_python", held)
+    version = {"v": 0}
+    server = InFlightServer(eng, "recompute", lambda: version["v"])
+    sampling = Sampling(max_tokens=512, seed=0, logprobs=True)
+    out: dict = {}
+    worker = threading.Thread(target=lambda: out.update(r=server.generate([enc(tok, PROMPT)], [sampling], [7],
+                                                                          tools=TOOLS)))
+    try:
+        worker.start()
+        assert started.wait(timeout=300)
+        # the tool is running: the engine serves another call, and takes an update
+        other, errors, _ = server.generate([enc(tok, plain)], [sampling], [1])
+        assert not errors and other[0].samples[0].text == "Hi." and other[0].samples[0].turns is None
+
+        def load():
+            eng.version = version["v"] = 1
+        server.run(load)
+        proceed.set()
+        worker.join(timeout=300)
+    finally:
+        proceed.set()
+        server.close()
+    results, errors, v0 = out["r"]
+    assert not errors and v0 == 0
+    [s] = results[0].samples
+    shown = "\n```output\n42\n\n```\n"
+    assert s.text == TURN1 + shown + TURN2 and [t["role"] for t in s.turns] == ["model", "tool", "model"]
+    (_, a), (_, b) = s.turns[1]["tokens"], s.turns[2]["tokens"]
+    assert s.versions == [[0, a], [1, len(s.token_ids) - a]]    # the tool turn: the version of the turn it answers
+    assert loss_mask(s.turns, len(s.token_ids)) == [1] * s.turns[1]["tokens"][0] + [0] * (a - s.turns[1]["tokens"][0]) \
+        + [1] * (b - a)
+    # a server closed while a tool runs fails the call waiting on it (it never hangs)
+    started.clear()
+    proceed.clear()
+    server = InFlightServer(ScriptedEngine(tok, scripted([TURN1, TURN2])), "recompute", lambda: 0)
+
+    def closed_call():
+        try:
+            server.generate([enc(tok, PROMPT)], [sampling], [7], tools=TOOLS)
+        except RuntimeError as e:
+            out["closed"] = str(e)
+    worker = threading.Thread(target=closed_call)
+    worker.start()
+    assert started.wait(timeout=300)
+    server.close()
+    proceed.set()
+    worker.join(timeout=300)
+    assert not worker.is_alive() and "closed" in out["closed"]
+    monkeypatch.setattr(rlvr.tools, "run_python", real)
+    [ref] = one(ScriptedEngine(tok, scripted([TURN1, TURN2])), PROMPT, TOOLS)
+    assert (s.token_ids, s.turns, s.logprobs) == (ref.token_ids, ref.turns, ref.logprobs)
+
+
+def test_an_engine_actors_tool_rollouts_stop_at_a_deadline_or_an_abort_and_run_in_flight(tiny_model_dir, tok,
+                                                                                         monkeypatch):
+    """rlvr-train's engine actor with tools: rollout.timeout_s and sync.abort_in_flight cut a tool
+    trajectory between two turns (the prompt comes back as a timeout or as aborted, the finished
+    prompt stays); served in flight (sync.mode in_flight) its samples carry their turns."""
+    from types import SimpleNamespace
+
+    from rlvr.train import actors
+    from rlvr.train.actors import EngineActor
+
+    three = scripted([TURN1, "Again:\n```python\nprint(6+7)\n```", TURN2])
+    clock = {"t": 0.0}
+    hooks: dict = {}
+
+    def respond(text: str) -> str:
+        if text.startswith(PROMPT) and text.count("```output\n") == 1:
+            hooks.get("after_one_tool_turn", lambda: None)()
+        return three(text) if text.startswith(PROMPT) else "Hi."
+
+    sampling = {"n": 1, "temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_tokens": 256, "tools": TOOLS.to_dict()}
+    prompts, seeds = [enc(tok, PROMPT), enc(tok, "Q: say hi\nA: ")], [1, 2]
+    actor = EngineActor(tiny_model_dir, "hf", {"dtype": "float32", "max_model_len": 512})
+    actor.engine = ScriptedEngine(tok, respond)
+    full = actor.generate(prompts, sampling, seeds, abortable=True)
+    assert full["aborted"] == full["timeouts"] == [] and full["samples"][1][0]["text"] == "Hi."
+    assert [t["role"] for t in full["samples"][0][0]["turns"]] == ["model", "tool", "model", "tool", "model"]
+    hooks["after_one_tool_turn"] = lambda: actor.abort_generation(1)   # newer weights on their way
+    out = actor.generate(prompts, sampling, seeds, abortable=True)
+    assert out["aborted"] == [0] and out["timeouts"] == [] and out["samples"] == [[], full["samples"][1]]
+    actor.abort_below = None
+    monkeypatch.setattr(actors, "time", SimpleNamespace(monotonic=lambda: clock["t"], time=lambda: 0.0))
+    hooks["after_one_tool_turn"] = lambda: clock.update(t=100.0)     # rollout.timeout_s passes mid-trajectory
+    out = actor.generate(prompts, sampling, seeds, timeout_s=10.0)
+    assert out["timeouts"] == [0] and out["aborted"] == [] and out["samples"] == [[], full["samples"][1]]
+    monkeypatch.undo()
+    served = EngineActor(tiny_model_dir, "hf", {"dtype": "float32", "max_model_len": 512}, in_flight="recompute")
+    try:
+        tiny = {**sampling, "n": 2, "max_tokens": 48,
+                "tools": ToolSettings(markers=(("a", "e"),), max_turns=2, max_output_chars=10, timeout_s=1.0).to_dict()}
+        got = served.generate([enc(tok, "Hello")], tiny, [3])
+    finally:
+        served.close()
+    assert not got["errors"] and len(got["samples"][0]) == 2
+    for smp in got["samples"][0]:
+        assert smp["turns"][0]["role"] == "model" and smp["turns"][-1]["tokens"][1] == len(smp["token_ids"])
+        assert sum(c for _, c in smp["versions"]) == len(smp["token_ids"])
+
+
 def test_config_checks_tools(tiny_model_dir):
     from rlvr.errors import ConfigError
     from rlvr.train.config import check
 
-    with pytest.raises(ConfigError, match="sync.mode in_flight"):
-        check(cfg_for(tiny_model_dir, "rollout.tools=[python]", "sync.mode=in_flight"))
+    for sets in (["sync.mode=in_flight"], ["rollout.timeout_s=30"], ["sync.abort_in_flight=drop", "train.max_staleness=1"]):
+        check(cfg_for(tiny_model_dir, "rollout.tools=[python]", *sets))   # every sync mode runs tool rollouts
     with pytest.raises(ConfigError, match="unknown tool"):
         check(cfg_for(tiny_model_dir, "rollout.tools=[bash]"))
     with pytest.raises(ConfigError, match="OPEN|CLOSE"):
@@ -206,10 +345,14 @@ def test_config_checks_tools(tiny_model_dir):
 
 
 def test_two_turn_tool_rollouts_in_a_tiny_training_run(ray_session, base_model, tmp_path):
-    """rlvr-train with rollout.tools on the hf engine, asynchronous (max_staleness 1): the tiny
-    model's random text calls the tool (markers "a" ... "e"); the rollouts record the turns,
-    and training runs on sequences whose tool tokens are masked out of the loss."""
+    """rlvr-train with rollout.tools on the hf engine, asynchronous (max_staleness 1) with
+    in-flight updates (sync.mode in_flight: the engine actors' server runs the tool turns; the
+    between_rounds engine call with tools, synchronous or asynchronous, is tested on its own
+    above): the tiny model's random text calls the tool (markers "a" ... "e"); the rollouts
+    record the turns and every token's version, and training runs on sequences whose tool
+    tokens are masked out of the loss."""
     cfg = cfg_for(base_model, "train.steps=2", "train.max_staleness=1", "checkpoint.every=0", *SMALL,
+                  "sync.mode=in_flight",
                   "train.filter_zero_std=false", "train.mask_truncated=false",
                   "rollout.max_tokens=48", "rollout.tools=[python]", "rollout.tool_markers=a|e",
                   "rollout.max_turns=2", "rollout.tool_output_chars=10", "rollout.tool_timeout=1")
@@ -220,8 +363,9 @@ def test_two_turn_tool_rollouts_in_a_tiny_training_run(ray_session, base_model, 
     trajs = [t for r in recs for t in r.get("trajectories") or []]
     assert trajs and any(t[i]["role"] == "tool" for t in trajs for i in range(len(t)))
     for r in recs:
-        for t, n in zip(r.get("trajectories") or [], r["completion_tokens"]):
+        for t, n, spans in zip(r.get("trajectories") or [], r["completion_tokens"], r["token_versions"]):
             assert t[-1]["tokens"][1] == n and sum(x["role"] == "model" for x in t) <= 2
+            assert sum(c for _, c in spans) == n and all(r["step"] - 2 <= v <= r["step"] - 1 for v, _ in spans)
 
 
 def test_trainer_masks_tool_tokens_out_of_the_loss(tiny_model_dir):

@@ -8,8 +8,8 @@ import sys
 import click
 
 from rlvr import records
-from rlvr.cli import (ConfigError, Failure, RlvrError, check_output_dir, parse_shard, run, say, warn,
-                      with_examples)
+from rlvr.cli import (ConfigError, Failure, RlvrError, check_output_dir, parse_shard, run, say, tool_options,
+                      tool_settings, warn, with_examples)
 
 HELP = with_examples(
     """Evaluate checkpoints with canonical settings.
@@ -66,6 +66,16 @@ HELP = with_examples(
     --chat becomes lm-eval's --apply_chat_template, --system its --system_instruction and
     --thinking its enable_thinking with think_end_token </think> (both with
     --apply_chat_template); --pass-at-k and --chat-template are refused there.
+
+    --tools python evaluates with rlvr-rollout's tool loop (docs/rollout.md, Multi-turn
+    rollouts with a Python tool): a code block the model closes runs in the code verifier's
+    sandbox and its output comes back as a tool turn, up to --max-turns model turns within
+    the benchmark's generation length (--tool-markers, --tool-output-chars and --tool-timeout
+    as in rlvr-rollout). completions.jsonl and results.jsonl keep each trajectory's turns
+    (trajectories), the verifier scores the whole completion as rlvr-verify does (its
+    extraction finds the final answer), and summary.json adds "tools": the settings, the
+    tool calls and their statuses. Not with --harness lm-eval or olmes, nor --gpus (one
+    engine; --jobs and --watch spread checkpoints and tasks instead).
 
     --pass-at-k N draws N samples per prompt at temperature 1.0 and adds pass_at_k.json;
     --gpus spreads the prompts over one engine per GPU (auto: the free ones) and merges in
@@ -138,6 +148,7 @@ CUDA_VISIBLE_DEVICES=4,5,6,7 rlvr-eval --jobs jobs.json evals --gpus 0,1 --gpu-m
 rlvr-eval --table evals --format csv > results.csv
 rlvr-eval --table evals --baseline configs/baselines/qwen3-1.7B-base.yaml
 rlvr-eval ./tiny evals/tiny -b toy --engine hf --dtype float32 --limit 16   # CPU smoke test
+rlvr-eval CKPT evals/tools -b math500 --tools python --max-turns 4 --max-tokens 4096   # with a Python tool
 """,
 )
 
@@ -211,13 +222,14 @@ def _model_args(text: str | None) -> dict:
 @click.option("--verify-jobs", type=click.IntRange(min=1), help="Verifier worker processes (default: the cores).")
 @click.option("--subdirs", is_flag=True, help="Write OUT_DIR/<benchmark>/ even for one benchmark.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar on stderr (default: on a terminal).")
+@tool_options
 @click.option("--config", "config", metavar="FILE", is_eager=True, expose_value=False, callback=lambda c, p, v: _config(c, v),
               help="--watch, --jobs: an evaluation config (rlvr's, or the users' lm-eval or OLMES watch config) "
                    "giving the tasks, harness, interval and options; flags given here win.")
 def cmd(paths, benchmarks, shots, harness, harness_python, model_args, tensor_parallel_size, gpu, gpus, wait_gpus,
         gpu_mode, jobs_file, span, pass_at_k, pattern, interval, once, idle_exit, shard, table, fmt, baseline, engine,
         dtype, max_model_len, kv_cache_gib, sources, limit, max_tokens, chat, system, thinking, chat_template,
-        verify_jobs, subdirs, progress):
+        verify_jobs, subdirs, progress, tools, max_turns, tool_markers, tool_output_chars, tool_timeout):
     from rlvr.eval import jobs as sweep
     from rlvr.eval import runner as ev
 
@@ -245,6 +257,9 @@ def cmd(paths, benchmarks, shots, harness, harness_python, model_args, tensor_pa
     if harness == "lm-eval" and (pass_at_k is not None or chat_template is not None):
         raise click.UsageError("--harness lm-eval runs each task's own greedy template: no --pass-at-k or "
                                "--chat-template (--chat, --system and --thinking apply the tokenizer's chat template)")
+    tools = tool_settings(tools, max_turns, tool_markers, tool_output_chars, tool_timeout)
+    if tools is not None and harness != "rlvr":
+        raise click.UsageError(f"--tools runs rlvr's own tool loop: not with --harness {harness}")
     if tensor_parallel_size != 1:
         raise ConfigError(f"--tensor-parallel-size {tensor_parallel_size}: evaluations run with tensor parallel 1 "
                           "only (tensor parallelism made small models score 10% instead of 28% on minerva_math); "
@@ -283,7 +298,7 @@ def cmd(paths, benchmarks, shots, harness, harness_python, model_args, tensor_pa
                         chat=chat, pass_at_k=pass_at_k,
                         verify_jobs=verify_jobs, progress=progress, system=system, thinking=thinking,
                         chat_template=chat_template, harness=harness, harness_python=harness_python,
-                        model_args=model_args, shots=shots if harness == "olmes" else None)
+                        model_args=model_args, shots=shots if harness == "olmes" else None, tools=tools)
         from rlvr.data.sources import check_data_dir
 
         check_data_dir()   # --source paths were checked by _options: one line before any child starts
@@ -332,7 +347,7 @@ def cmd(paths, benchmarks, shots, harness, harness_python, model_args, tensor_pa
                     kv_cache_gib=kv_cache_gib, shots=shots, limit=limit, max_tokens=max_tokens,
                     max_tokens_by=max_tokens_by, chat=chat,
                     pass_at_k=pass_at_k, verify_jobs=verify_jobs, progress=progress, system=system, thinking=thinking,
-                    chat_template=chat_template)
+                    chat_template=chat_template, tools=tools)
     if gpu is None and gpus is not None:
         opts.gpus = sweep.pick_gpus(None, gpus, gpu_mode, warn)
     from rlvr.models import resolve_model

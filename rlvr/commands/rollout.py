@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from rlvr.cli import (ConfigError, check_output_file, input_options, progress_option, run, say, shard_callback,
-                      warn, with_examples)
+                      tool_options, tool_settings, warn, with_examples)
 from rlvr.records import RecordWriter
 
 HELP = with_examples(
@@ -119,11 +119,7 @@ def _seed(ctx: click.Context, param: click.Parameter, value: str) -> int | None:
 @click.option("--shard", callback=shard_callback, metavar="I/N", help="Take every N-th record starting at I (after --shuffle).")
 @click.option("--shuffle", is_flag=True, help="Shuffle the input with --seed before sharding.")
 @click.option("--gpus", metavar="0,1,...", help="One engine process per GPU (groups of --tensor-parallel-size), merged in order.")
-@click.option("--tools", "tools", multiple=True, type=click.Choice(["python"]), help="Multi-turn rollouts: a closed code block runs in the sandbox and its output is appended as a tool turn (see docs/rollout.md).")
-@click.option("--max-turns", type=click.IntRange(min=1), default=4, show_default=True, help="With --tools: the most model turns per completion.")
-@click.option("--tool-markers", default="both", show_default=True, metavar="both|markdown|code|OPEN|CLOSE", help="With --tools: the code blocks that call the tool: ```python ... ``` (markdown), <code> ... </code> (code), both, or a custom pair OPEN|CLOSE.")
-@click.option("--tool-output-chars", type=click.IntRange(min=1), default=2000, show_default=True, help="With --tools: the tool output the model sees is cut to this many characters.")
-@click.option("--tool-timeout", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True, help="With --tools: CPU seconds of one tool call (its wall clock: twice that).")
+@tool_options
 @progress_option
 def cmd(files, keep_going, model, engine, n, temperature, top_p, top_k, max_tokens, stop, seed, chat_template,
         system, thinking, logprobs, logprobs_mode, token_ids, dtype, tp, gpu_memory_utilization, max_model_len, max_prompt_len,
@@ -136,21 +132,12 @@ def cmd(files, keep_going, model, engine, n, temperature, top_p, top_k, max_toke
         from rlvr.models import resolve_model
 
         model = resolve_model(model, log=say).path
-    tool_settings = None
-    if tools:
-        from rlvr.tools import ToolSettings, parse_markers
-
-        try:
-            tool_settings = ToolSettings(tools=tuple(dict.fromkeys(tools)), markers=parse_markers(tool_markers),
-                                         max_turns=max_turns, max_output_chars=tool_output_chars,
-                                         timeout_s=tool_timeout)
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
+    tools = tool_settings(tools, max_turns, tool_markers, tool_output_chars, tool_timeout)
     mode, template_file = (chat_template, None) if chat_template in ("auto", "on", "off") else ("auto", chat_template)
     try:
         settings = RolloutSettings(
             model=model or "", engine=engine, chat_template=mode, max_prompt_len=max_prompt_len,
-            system=system, thinking=thinking, template_file=template_file, tools=tool_settings,
+            system=system, thinking=thinking, template_file=template_file, tools=tools,
             token_ids=token_ids, gpus=[g.strip() for g in gpus.split(",") if g.strip()] if gpus else None,
             record_max_tokens=max_tokens is None,
             sampling=Sampling(n=n, temperature=temperature, top_p=top_p, top_k=top_k, max_tokens=max_tokens or 1024,

@@ -378,6 +378,8 @@ def unit_command(unit: Unit, opts: ev.EvalOptions, device: str | None) -> list[s
         cmd += ["--thinking" if opts.thinking else "--no-thinking"]
     if opts.chat_template is not None:
         cmd += ["--chat-template", opts.chat_template]
+    if opts.tools is not None:
+        cmd += opts.tools.cli_args()
     if device is not None:
         cmd += ["--gpu", device]
     return cmd

@@ -16,6 +16,11 @@ are fixed so numbers from different runs compare; docs/rollout.md lists them.
 Layout: evaluate_checkpoint writes OUT/ for one benchmark, OUT/<benchmark>/ for several
 (OUT/<benchmark>-pass@N/ in pass@k mode). A benchmark whose summary.json exists is done
 and skipped; an interrupted one resumes from its completions.jsonl.
+
+With EvalOptions.tools (rlvr-eval --tools python) the rollout is rlvr.rollout's tool loop
+(rlvr.tools): completions are whole trajectories, records keep their turns (trajectories),
+the verifier scores each completion as rlvr-verify does (its extraction finds the final
+answer), and summary.json adds "tools" (the settings, calls, their statuses).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 from dataclasses import asdict, dataclass, field
 
 import orjson
@@ -165,6 +171,7 @@ class EvalOptions:
     harness: str = "rlvr"                  # --jobs/--watch units: rlvr's own path, lm-eval itself, or OLMES task groups
     harness_python: str | None = None      # --harness lm-eval / olmes: the interpreter that has the harness
     model_args: str | None = None          # --harness lm-eval / olmes: more vLLM model arguments (K=V,...)
+    tools: Any = None                      # rlvr.tools.ToolSettings: tool-using evaluation (multi-turn rollouts)
 
 
 def leaf(bench: str, opts: EvalOptions) -> str:
@@ -216,7 +223,8 @@ def _settings(ckpt: str, bench: str, opts: EvalOptions, records: list[dict] | No
                             max_model_len=opts.max_model_len, kv_cache_gib=opts.kv_cache_gib)
     return RolloutSettings(model=ckpt, sampling=sampling, engine=opts.engine, options=options,
                            chat_template="auto", gpus=opts.gpus, thinking=opts.thinking,
-                           template_file=opts.chat_template, record_max_tokens=tokens_override(bench, opts) is None)
+                           template_file=opts.chat_template, record_max_tokens=tokens_override(bench, opts) is None,
+                           tools=opts.tools)
 
 
 def chat_options(opts: EvalOptions):
@@ -321,6 +329,8 @@ def evaluate_one(ckpt: str, out: str, bench: str, opts: EvalOptions, records: li
                      "gpus": opts.gpus, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")},
         "verify": verify, "seconds": {"rollout": round(t1 - t0, 3), "verify": round(t2 - t1, 3)},
     }
+    if opts.tools is not None:
+        summary["tools"] = tool_summary(verified, opts.tools)
     if std is not None:
         if std.subjects:
             summary["subjects"] = subjects
@@ -387,6 +397,17 @@ def _lm_eval_scores(bench: str, opts: EvalOptions, verified: list[dict]) -> tupl
         r["lm_eval_filtered"] = s["filtered"]
     agg = tasks.aggregate(bench, scored)
     return agg.pop("all"), agg
+
+
+def tool_summary(verified: list[dict], tools) -> dict:
+    """A tool-using evaluation's settings and what its trajectories did: tool calls in all, per
+    completion, by status (rlvr.tools.STATUSES), and completions that called the tool at all."""
+    trajs = [t or [] for r in verified for t in r.get("trajectories") or []]
+    calls = [x for t in trajs for x in t if x.get("role") == "tool"]
+    return {"settings": tools.to_dict(), "calls": len(calls),
+            "calls_per_completion": round(len(calls) / len(trajs), 4) if trajs else 0.0,
+            "completions_with_calls": sum(1 for t in trajs if any(x.get("role") == "tool" for x in t)),
+            "statuses": _count(x.get("status") for x in calls)}
 
 
 def _answers_only(rec: dict) -> dict:

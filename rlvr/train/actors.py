@@ -145,7 +145,11 @@ class EngineActor(Observed):
         seeds = list(seeds) if seeds is not None else [None] * len(prompt_ids)
         try:
             if self.server is not None:
-                results, errors, v0 = self.server.generate(prompt_ids, per, seeds, min_version)
+                from rlvr.tools import ToolSettings
+
+                tools = sampling.get("tools")
+                results, errors, v0 = self.server.generate(prompt_ids, per, seeds, min_version,
+                                                           tools=ToolSettings.from_dict(tools) if tools else None)
                 aborted = False
             else:
                 results, errors, v0, aborted = self._generate(prompt_ids, per, seeds, base, timeout_s, abortable,
@@ -199,7 +203,7 @@ class EngineActor(Observed):
             requests = _until(requests, len(prompt_ids), lambda: len(results), stop)
         try:
             if tools is not None:
-                stream = tool_stream(self.engine, requests, base, ToolSettings.from_dict(tools))
+                stream = tool_stream(self.engine, requests, base, ToolSettings.from_dict(tools), each_step=watched)
             else:
                 stream = self.engine.stream(requests, base, each_step=watched)
             for i, res in stream:

@@ -235,9 +235,6 @@ def check(cfg: TrainConfig) -> list[str]:
         raise ConfigError(f"sync.abort_in_flight {cfg.sync.abort_in_flight}: needs sync.mode between_rounds with "
                           f"train.max_staleness >= 1 (got {cfg.sync.mode}, {t.max_staleness}): nothing else runs "
                           "on older weights at a sync")
-    if r.tools and (r.timeout_s is not None or cfg.sync.abort_in_flight != "off"):
-        raise ConfigError("rollout.tools: multi-turn tool rollouts cannot be cut by rollout.timeout_s or "
-                          "sync.abort_in_flight yet; drop one of them")
     a = r.adaptive
     if a.max_n and a.max_n < r.n:
         raise ConfigError(f"rollout.adaptive.max_n {a.max_n}: must be >= rollout.n ({r.n}), or 0 (off)")
@@ -259,17 +256,14 @@ def check(cfg: TrainConfig) -> list[str]:
 
 
 def _check_tools(cfg: TrainConfig) -> None:
-    """rollout.tools (multi-turn rollouts, rlvr.tools): valid settings, and a sync mode that runs them."""
+    """rollout.tools (multi-turn rollouts, rlvr.tools): valid settings (every sync mode runs them)."""
     from rlvr.errors import ConfigError
     from rlvr.train.config_rollout import tool_settings
 
     try:
-        tools = tool_settings(cfg.rollout)
+        tool_settings(cfg.rollout)
     except ValueError as e:
         raise ConfigError(f"rollout.tools: {e}") from None
-    if tools is not None and cfg.sync.mode == "in_flight":
-        raise ConfigError("rollout.tools does not run with sync.mode in_flight (a tool turn would resume in the "
-                          "engine's in-flight stream, which does not run tools yet): use sync.mode sync or async")
 
 
 def _check_parallel(t) -> None:

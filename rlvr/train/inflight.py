@@ -16,6 +16,14 @@ driver admits a round once the update it needs was sent, and the update may stil
 way (in between_rounds mode Ray's call order gives this for free). A request that the engine
 refuses fails alone (its index is in errors); a failure that leaves the engine unusable fails
 every generate call in flight, and rlvr-train restarts the engine as in between_rounds mode.
+
+With tools (rollout.tools; generate(..., tools=rlvr.tools.ToolSettings)) each of a request's n
+samples is its own trajectory (rlvr.tools.Trajectory, the turn logic tool_stream runs): when a
+model turn closes a code block, the code runs in the sandbox (rlvr.tools.run_python) on a tool
+thread while the engine steps on with everything else, and the next model turn joins the running
+batch as a new request: it resumes on whatever weights the engine holds then, and its tokens say
+which (tool tokens take the version of the model turn they answer). Tool calls run one at a time
+(the sandbox serves one session at a time). The request's result comes once its n samples end.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -31,6 +40,10 @@ from typing import Any
 class _Closed(Exception):
     """Raised by the stream's source once the server is closed: the stream ends (its requests
     in the engine are aborted) between two engine steps."""
+
+
+def _closed_error() -> RuntimeError:
+    return RuntimeError("the engine server was closed")
 
 
 class _Job:
@@ -82,6 +95,16 @@ class _Call:
         self.done.set()
 
 
+class _Group:
+    """One request of a generate call with tools: its n trajectories, and the samples done."""
+
+    def __init__(self, call: _Call, i: int, prompt: list[int], n: int, tools):
+        self.call, self.i, self.prompt, self.tools = call, i, prompt, tools
+        self.samples: list = [None] * n
+        self.version: Any = None
+        self.over = False
+
+
 class InFlightServer:
     """An engine (rlvr.engines.base.Engine) served by one thread; see the module docstring.
 
@@ -100,6 +123,8 @@ class InFlightServer:
         self._owner: dict[Any, tuple] = {}  # handle -> (call, index, request), queued or in the engine
         self._in_engine: set = set()
         self._ids = itertools.count()
+        self._turns: dict[Any, tuple] = {}  # handle -> (rlvr.tools.Trajectory, _Group) with tools
+        self._tool_pool: ThreadPoolExecutor | None = None
         self._closed = False
         self._thread = threading.Thread(target=self._serve, name="rlvr-inflight-engine", daemon=True)
         self._thread.start()
@@ -117,10 +142,13 @@ class InFlightServer:
             self._cv.notify_all()
         return job.wait()
 
-    def generate(self, prompt_ids: list[list[int]], samplings: list, seeds: list, min_version: int | None = None
-                 ) -> tuple[dict[int, Any], dict[int, str], Any]:
+    def generate(self, prompt_ids: list[list[int]], samplings: list, seeds: list, min_version: int | None = None,
+                 tools=None) -> tuple[dict[int, Any], dict[int, str], Any]:
         """Generate prompt i with samplings[i] and seeds[i], alongside whatever else runs.
-        Returns ({i: Result}, {i: error of a refused request}, the version they started with)."""
+        Returns ({i: Result}, {i: error of a refused request}, the version they started with).
+        tools (rlvr.tools.ToolSettings): multi-turn samples with tool turns (module docstring)."""
+        from rlvr.tools import Trajectory
+
         with self._cv:
             while min_version is not None and self.version() < min_version and not self._closed:
                 self._cv.wait()
@@ -129,9 +157,18 @@ class InFlightServer:
             call = _Call(len(prompt_ids), self.version())
             key = next(self._ids)
             for i, (ids, sp, seed) in enumerate(zip(prompt_ids, samplings, seeds)):
-                req = ((key, i), list(ids), seed, sp)
-                self._owner[req[0]] = (call, i, req)
-                self._queue.append(req)
+                if tools is None:
+                    req = ((key, i), list(ids), seed, sp)
+                    self._owner[req[0]] = (call, i, req)
+                    self._queue.append(req)
+                    continue
+                group = _Group(call, i, list(ids), sp.n, tools)
+                for j in range(sp.n):
+                    tr = Trajectory(prompt=list(ids), sampling=sp, seed=seed, index=j)
+                    req = ((key, i, j), *tr.request(tools))
+                    self._owner[req[0]] = (call, i, req)
+                    self._turns[req[0]] = (tr, group)
+                    self._queue.append(req)
             self._cv.notify_all()
         call.done.wait()
         if call.failure is not None:
@@ -151,6 +188,9 @@ class InFlightServer:
         with self._cv:
             self._closed = True
             self._cv.notify_all()
+            pool, self._tool_pool = self._tool_pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)   # a call running ends in the sandbox's own limits
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=timeout)
         return not self._thread.is_alive()
@@ -174,11 +214,11 @@ class InFlightServer:
                     self._cv.wait()
                 closed = self._closed
             if closed:
-                self._fail_all(RuntimeError("the engine server was closed"))
+                self._fail_all(_closed_error())
                 with self._cv:
                     jobs, self._jobs = list(self._jobs), deque()
                 for job in jobs:
-                    job.error = RuntimeError("the engine server was closed")
+                    job.error = _closed_error()
                     job.done.set()
                 return
             self._run_jobs()
@@ -224,14 +264,97 @@ class InFlightServer:
         with self._cv:
             self._in_engine.discard(handle)
             owner = self._owner.pop(handle, None)
-        if owner is not None:
+            turn = self._turns.pop(handle, None)
+        if owner is None:
+            return
+        if turn is None:
             owner[0].finish(owner[1], result, error)
+            return
+        tr, group = turn
+        if error is not None:
+            self._end_group(group, error=error)
+            return
+        group.version = result.version
+        action, code = tr.after_model(result.samples[0], group.tools)
+        if action == "call":
+            with self._cv:
+                if self._closed:
+                    group.call.fail(_closed_error())
+                    return
+                self._owner[handle], self._turns[handle] = owner, turn   # held while the tool runs
+                if self._tool_pool is None:
+                    self._tool_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlvr-inflight-tool")
+                self._tool_pool.submit(self._tool_turn, handle, owner, turn, code, result.version)
+            return
+        self._next_turn(handle, owner, turn, action == "resume")
+
+    def _tool_turn(self, handle: Any, owner: tuple, turn: tuple, code: str, version: Any) -> None:
+        """On the tool thread: run the code, append its output, queue the next model turn."""
+        from rlvr.tools import run_python
+
+        tr, group = turn
+        with self._cv:
+            if self._owner.get(handle) is not owner:
+                return   # its call failed (or the server closed) meanwhile
+        try:
+            go = tr.after_tool(code, run_python(code, group.tools), group.tools, self.engine.tokenizer, version)
+        except Exception as e:  # noqa: BLE001 - this request fails alone
+            with self._cv:
+                self._owner.pop(handle, None)
+                self._turns.pop(handle, None)
+            self._end_group(group, error=f"{type(e).__name__}: {str(e).strip()[:300]}")
+            return
+        self._next_turn(handle, owner, turn, go)
+
+    def _next_turn(self, handle: Any, owner: tuple, turn: tuple, go: bool) -> None:
+        """The trajectory goes on (its next model turn queued) or its sample is done."""
+        tr, group = turn
+        with self._cv:
+            if group.over or self._closed or group.call.failure is not None:
+                self._owner.pop(handle, None)
+                self._turns.pop(handle, None)
+                if self._closed and not group.over:
+                    group.call.fail(_closed_error())   # _fail_all may have run without this handle
+                return
+            if go:
+                req = (handle, *tr.request(group.tools))
+                self._owner[handle], self._turns[handle] = (owner[0], owner[1], req), turn
+                self._queue.append(req)
+                self._cv.notify_all()
+                return
+            self._owner.pop(handle, None)
+            self._turns.pop(handle, None)
+            group.samples[tr.index] = tr.sample()
+            complete = all(x is not None for x in group.samples)
+        if complete:
+            self._end_group(group)
+
+    def _end_group(self, group: _Group, error: str | None = None) -> None:
+        """A request with tools ends: its Result once its n samples are done, or its error
+        (its other samples are dropped, wherever they are)."""
+        from rlvr.engines.base import Result
+
+        with self._cv:
+            if group.over:
+                return
+            group.over = True
+            mine = [h for h, (_, g) in self._turns.items() if g is group]
+            for h in mine:
+                self._owner.pop(h, None)
+                self._turns.pop(h, None)
+            self._queue = deque(r for r in self._queue if r[0] not in mine)
+        if error is not None:
+            group.call.finish(group.i, error=error)
+        else:
+            group.call.finish(group.i, Result(prompt_token_ids=group.prompt, samples=group.samples,
+                                              version=group.version))
 
     def _fail_all(self, why: BaseException) -> None:
         """Every generate call with a request queued or in the engine fails with `why`."""
         with self._cv:
             calls = {id(c): c for c, _, _ in self._owner.values()}
             self._owner.clear()
+            self._turns.clear()
             self._queue.clear()
             self._in_engine.clear()
         for c in calls.values():
