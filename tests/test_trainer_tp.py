@@ -3,7 +3,8 @@ tiny Qwen3's heads, MLP and vocabulary split over 2 ranks, the log-softmax vocab
 computes the same loss, gradients and updated weights as one process on the same batch; the
 weights a broadcast sends are the trainer's full tensors; a TP checkpoint is a plain Hugging
 Face folder that transformers loads and a TP trainer resumes from. Per-micro-batch gradient
-sync (train.grad_sync) gives the same update as one reduce-scatter per update."""
+sync (train.grad_sync) gives the same update as one reduce-scatter per update, and so does
+AdamW's state on the CPU (train.offload optimizer), whose optimizer shards save and resume."""
 
 from __future__ import annotations
 
@@ -138,6 +139,21 @@ def _sync_rank(rank, world, port, model, outdir):
         reductions.clear()
         t.step(Batch(PROMPTS, COMPS, ADV, None, None))
         out[sync] = {"weights": t.full_state_dict(), "reductions": len(reductions), "groups": fsdp_groups(t)}
+    # train.offload optimizer on the FSDP shards: the same update; its optimizer shards save and resume
+    t = PolicyTrainer(model, cfg(offload="optimizer"), max_tokens=8, total_steps=4, rank=rank, world=world)
+    t.step(Batch(PROMPTS, COMPS, ADV, None, None))
+    out["offload"] = {"weights": t.full_state_dict(), "host_state": len(t.opt.host.state), "device_state": len(t.opt.state)}
+    ck = os.path.join(outdir, "ck_offload")
+    os.makedirs(ck, exist_ok=True)
+    t.save(ck, {"step": 1})
+    t.step(Batch(PROMPTS, COMPS, ADV, None, None))
+    r = PolicyTrainer(ck, cfg(offload="optimizer"), max_tokens=8, total_steps=4, rank=rank, world=world,
+                      ref_path=model)
+    r.load_state(ck)
+    r.step(Batch(PROMPTS, COMPS, ADV, None, None))
+    a, b = r.full_state_dict(), t.full_state_dict()
+    if rank == 0:
+        out["offload"]["resume_diff"] = max(float((a[k] - b[k]).abs().max()) for k in a)
     torch.save(out, os.path.join(outdir, f"sync{rank}.pt"))
     dist.destroy_process_group()
 
@@ -145,7 +161,9 @@ def _sync_rank(rank, world, port, model, outdir):
 def test_per_microbatch_sync_gives_the_same_update(tmp_path):
     """train.grad_sync per_microbatch reduce-scatters after every micro-batch (2 ranks, 2 updates
     of 2 micro-batches each a rank: 4 x the FSDP groups), per_update once per update (2 x), and
-    the updated weights agree."""
+    the updated weights agree; so do those of train.offload optimizer (AdamW's state on the
+    CPU, rlvr.train.parallel.CPUAdamW, over the FSDP shards), whose per-rank optimizer shards
+    save and resume to the weights of the trainer that went on."""
     from safetensors.torch import load_file
 
     from rlvr.tiny import build
@@ -161,5 +179,10 @@ def test_per_microbatch_sync_gives_the_same_update(tmp_path):
     assert set(a) == set(b) and len(a) > 10
     for k in a:
         assert torch.allclose(a[k], b[k], rtol=1e-5, atol=1e-6), k
+    off = o["offload"]
+    assert off["device_state"] == 0 and off["host_state"] > 10      # AdamW's moments on the host only
+    for k in a:
+        assert torch.allclose(a[k], off["weights"][k], rtol=1e-5, atol=1e-6), k
+    assert off["resume_diff"] < 1e-6, off["resume_diff"]
     base = load_file(os.path.join(model, "model.safetensors"))
     assert any(not torch.equal(a[k], v) for k, v in base.items() if k in a)     # an update happened
