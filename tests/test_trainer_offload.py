@@ -7,8 +7,6 @@ tests/test_trainer_tp.py (test_per_microbatch_sync_gives_the_same_update)."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 

@@ -2,7 +2,8 @@
 tiny Qwen3's heads, MLP and vocabulary split over 2 ranks, the log-softmax vocabulary-parallel)
 computes the same loss, gradients and updated weights as one process on the same batch; the
 weights a broadcast sends are the trainer's full tensors; a TP checkpoint is a plain Hugging
-Face folder that transformers loads and a TP trainer resumes from. Per-micro-batch gradient
+Face folder that transformers loads, vLLM loads (the same greedy tokens and log-probs as
+transformers on the folder), and a TP trainer resumes from. Per-micro-batch gradient
 sync (train.grad_sync) gives the same update as one reduce-scatter per update, and so does
 AdamW's state on the CPU (train.offload optimizer), whose optimizer shards save and resume."""
 
@@ -12,6 +13,7 @@ import dataclasses
 import os
 import socket
 
+import pytest
 import torch
 import torch.multiprocessing as mp
 
@@ -78,12 +80,19 @@ def _rank(rank, world, port, model, outdir):
     dist.destroy_process_group()
 
 
-def test_tp_mesh_matches_one_process(tmp_path):
+@pytest.fixture(scope="module")
+def tp_run(tmp_path_factory):
+    """The 2 x 2 mesh's run (_rank on 4 gloo processes): (its folder, the base model, each rank's outputs)."""
     from rlvr.tiny import build
 
+    tmp_path = tmp_path_factory.mktemp("tp")
     model = build(str(tmp_path / "m"))
     mp.spawn(_rank, args=(4, free_port(), model, str(tmp_path)), nprocs=4, join=True)
-    outs = [torch.load(tmp_path / f"rank{r}.pt") for r in range(4)]
+    return tmp_path, model, [torch.load(tmp_path / f"rank{r}.pt") for r in range(4)]
+
+
+def test_tp_mesh_matches_one_process(tp_run):
+    tmp_path, model, outs = tp_run
     # ranks 0,1 and 2,3 are TP groups; data-parallel coordinates 0 and 1; the first of each reports
     assert [o["coords"] for o in outs] == [(0, 2, True), (0, 2, False), (1, 2, True), (1, 2, False)]
     # q_proj: 2 heads x 64 rows, one head per TP rank, its rows sharded again over the 2 FSDP ranks
@@ -142,7 +151,8 @@ def _sync_rank(rank, world, port, model, outdir):
     # train.offload optimizer on the FSDP shards: the same update; its optimizer shards save and resume
     t = PolicyTrainer(model, cfg(offload="optimizer"), max_tokens=8, total_steps=4, rank=rank, world=world)
     t.step(Batch(PROMPTS, COMPS, ADV, None, None))
-    out["offload"] = {"weights": t.full_state_dict(), "host_state": len(t.opt.host.state), "device_state": len(t.opt.state)}
+    out["offload"] = {"weights": t.full_state_dict(), "host_state": len(t.opt.host.state),
+                      "device_state": len(t.opt.state)}
     ck = os.path.join(outdir, "ck_offload")
     os.makedirs(ck, exist_ok=True)
     t.save(ck, {"step": 1})
@@ -186,3 +196,34 @@ def test_per_microbatch_sync_gives_the_same_update(tmp_path):
     assert off["resume_diff"] < 1e-6, off["resume_diff"]
     base = load_file(os.path.join(model, "model.safetensors"))
     assert any(not torch.equal(a[k], v) for k, v in base.items() if k in a)     # an update happened
+
+
+def test_a_tp_checkpoint_loads_in_vllm_as_in_transformers(tp_run, vllm_engine, tiny_model_dir):
+    """The TP trainer's checkpoint folder (weights gathered from 2-D shards, the tied output
+    layer left out) loaded by vLLM's workers into the session's engine (the same tiny
+    architecture): its greedy tokens are transformers' argmax on the same folder at every
+    position, with the same log-probs, and differ in log-probs from the base model's."""
+    from transformers import AutoModelForCausalLM
+
+    from rlvr.engines import Sampling
+
+    tmp_path, _, _ = tp_run
+    prompt = [5, 6, 7, 8, 9]
+    greedy = Sampling(n=1, temperature=0, max_tokens=6, logprobs=True)
+    base = vllm_engine.generate([prompt], greedy)[0].samples[0]
+    try:
+        vllm_engine.update_weights(str(tmp_path / "ck"), version=None)     # a folder: read by vLLM's loader
+        got = vllm_engine.generate([prompt], greedy)[0].samples[0]
+    finally:
+        vllm_engine.update_weights(tiny_model_dir, version=None)
+    hf = AutoModelForCausalLM.from_pretrained(str(tmp_path / "ck"), dtype=torch.float32).eval()
+    ids = torch.tensor([prompt + list(got.token_ids)])
+    with torch.no_grad():
+        logp = torch.log_softmax(hf(ids).logits[0, len(prompt) - 1:-1].float(), -1)    # [n, V]
+    assert len(got.token_ids) > 0
+    assert logp.argmax(-1).tolist() == list(got.token_ids)
+    want = [float(logp[i, t]) for i, t in enumerate(got.token_ids)]
+    assert max(abs(a - b) for a, b in zip(got.logprobs, want)) < 1e-3, (got.logprobs, want)
+    n = min(len(base.logprobs), len(got.logprobs))
+    assert list(base.token_ids) != list(got.token_ids) or \
+        max(abs(a - b) for a, b in zip(base.logprobs[:n], got.logprobs[:n])) > 1e-3     # the trained weights
