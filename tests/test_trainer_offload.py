@@ -59,12 +59,14 @@ def test_offloaded_adamw_gives_the_same_updates_on_one_rank(tiny_model_dir, dtyp
     assert all(s["exp_avg"].device.type == "cpu" for s in off.opt.host.state.values())
     # the lr the scheduler set (warm-up: step 4 of 2) reached the host AdamW
     assert off.opt.host.param_groups[0]["lr"] == off.opt.param_groups[0]["lr"] == plain.opt.param_groups[0]["lr"]
-    # one optimizer state layout: the host AdamW's equals torch's AdamW's
+    # one optimizer state layout: the host AdamW's (fused) equals torch's default AdamW's within
+    # float rounding (the fused kernel orders its operations otherwise)
     sp, so = plain.opt.state_dict(), off.opt.state_dict()
-    assert sp["state"].keys() == so["state"].keys()
+    assert sp["state"].keys() == so["state"].keys() and all(g["fused"] for g in so["param_groups"])
     for i in sp["state"]:
         for k in ("exp_avg", "exp_avg_sq"):
-            assert torch.allclose(sp["state"][i][k], so["state"][i][k], rtol=1e-5, atol=1e-9), (i, k)
+            a, b = sp["state"][i][k], so["state"][i][k]
+            assert torch.allclose(a, b, rtol=1e-5, atol=1e-5 * float(a.abs().max())), (i, k)
 
 
 def test_offloaded_optimizer_checkpoint_resumes(tiny_model_dir, tmp_path):
@@ -84,7 +86,7 @@ def test_offloaded_optimizer_checkpoint_resumes(tiny_model_dir, tmp_path):
         r = PolicyTrainer(str(ck), cfg(offload=offload), max_tokens=8, total_steps=4)
         assert r.load_state(str(ck))["step"] == 1 and r.version == 1
         if offload:   # the moments loaded into the host AdamW, and its group's hyperparameters to the device side
-            assert len(r.opt.host.state) == len(saved["state"])
+            assert len(r.opt.host.state) == len(saved["state"]) and r.opt.host.param_groups[0]["fused"]
             assert r.opt.param_groups[0]["lr"] == r.opt.host.param_groups[0]["lr"]
         r.step(batch())
         assert_close(weights(r), want)
