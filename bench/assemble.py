@@ -8,8 +8,8 @@ import re
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ORDER = ["math", "code", "ifeval", "judge", "tools", "eval", "eval_parity", "rollout", "seeds", "startup", "train", "sync", "staleness",
-         "inflight", "inflight_costs", "packing", "packing_gpu", "val", "distill", "memory", "report", "s3", "gpu",
-         "gpucheck"]
+         "inflight", "inflight_costs", "packing", "packing_gpu", "val", "distill", "memory", "offload", "report", "s3",
+         "gpu", "gpucheck"]
 
 
 def _read(name: str) -> str:
@@ -52,6 +52,9 @@ def measured() -> dict[str, str]:
                        "{1} per sample with -j 2 against the server's own {0}; {2} from the cache"),
         "tools": _find(r"One tool turn costs rlvr ([\d.]+ ms) per sample.*?the sandboxed call is ([\d.]+ ms)",
                        _read("tools"), "{0} per sample, {1} of it the sandboxed call"),
+        "offload": _find(r"the offload adds ([-+\d.]+ s) a step \(optimizer\) and ([-+\d.]+ s) "
+                         r"\(params_and_optimizer\) to ([\d.]+ s)", _read("offload"),
+                         "{0} (optimizer), {1} (params_and_optimizer) on a {2} step, CPU bookkeeping only"),
         "packing": _find(r"Packed: ([\d.]+)x the tokens/s of the default padded path and ([\d.]+)x the sorted",
                          _read("packing"), "{0}x the default padded path, {1}x the sorted token-budget path"),
     }
@@ -95,6 +98,8 @@ def main() -> None:
              f"({got['judge']}) |",
              f"| a tool turn per sample (rlvr-rollout --tools python) | cost measured | see Tool rollouts "
              f"({got['tools']}) |",
+             f"| trainer CPU offload (train.offload) | cost per step measured | see CPU offload per step "
+             f"({got['offload']}) |",
              f"| packed micro-batches, length mix | >= 1.3x padded trainer tokens/s | see Padding-free micro-batches "
              f"({got['packing']}) |",
              ""]

@@ -44,6 +44,12 @@ BRANCHES = [
      "tests/test_cuda_branches.py::test_trainer_mesh_and_offload_follow_cuda"),
     ("rlvr/train/parallel.py", "shard", "train.offload params_and_optimizer pins the CPU copies when CUDA is there",
      "tests/test_cuda_branches.py::test_trainer_mesh_and_offload_follow_cuda"),
+    ("rlvr/train/parallel.py", "CPUAdamW.__init__",
+     "train.offload optimizer: host copies and gradient buffers pinned when the parameters are on CUDA",
+     "tests/test_cuda_branches.py::test_offloaded_adamw_pins_its_buffers_and_waits_for_the_copies_on_cuda"),
+    ("rlvr/train/parallel.py", "CPUAdamW.step",
+     "CUDA parameters: asynchronous copies, the stream waited for before the host step reads the gradients",
+     "tests/test_cuda_branches.py::test_offloaded_adamw_pins_its_buffers_and_waits_for_the_copies_on_cuda"),
     ("rlvr/train/actors.py", "EngineActor.device", "a vLLM engine on a CUDA build reports cuda",
      "tests/test_cuda_branches.py::test_engine_actor_reports_cuda_for_a_cuda_vllm_build"),
     ("rlvr/train/actors.py", "TrainerActor.setup", "several CUDA ranks: set_device(0), then an NCCL group",
@@ -485,3 +491,30 @@ def test_trainer_mesh_and_offload_follow_cuda(monkeypatch):
     sharded.clear()
     parallel.shard(model, torch.bfloat16)
     assert "offload_policy" not in sharded[-1]
+
+
+def test_offloaded_adamw_pins_its_buffers_and_waits_for_the_copies_on_cuda(monkeypatch):
+    """CPUAdamW over parameters that report CUDA: its host copy and gradient buffer are pinned
+    (page-locked, for asynchronous copies), and a step waits for the device's stream before the
+    host AdamW reads the copied gradients; the update is torch's AdamW's."""
+    from cuda_standins import cuda_reporting
+
+    from rlvr.train.parallel import CPUAdamW
+
+    rec = CudaRecorder().install(monkeypatch)
+    pinned = []
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: pinned.append(tuple(self.shape)) or self)
+    torch.manual_seed(0)
+    data = torch.randn(3, 2)
+    p = cuda_reporting(data.clone()).requires_grad_()
+    ref = data.clone().requires_grad_()
+    opt, want = CPUAdamW([p], lr=0.1), torch.optim.AdamW([ref], lr=0.1)
+    assert opt.pinned and pinned == [(3, 2)] and rec.events == []
+    p.grad, ref.grad = torch.ones(3, 2), torch.ones(3, 2)
+    opt.step()
+    want.step()
+    assert pinned == [(3, 2), (3, 2)]               # the gradient buffer, made at the first step
+    assert rec.events == ["Stream", "stream.synchronize"]
+    assert torch.allclose(p.detach().as_subclass(torch.Tensor), ref.detach())
+    cpu = CPUAdamW([torch.zeros(2, requires_grad=True)], lr=0.1)
+    assert not cpu.pinned

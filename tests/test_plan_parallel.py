@@ -51,6 +51,11 @@ def test_per_rank_states_by_hand(name, P, world, tp):
                          offload="params_and_optimizer")
     assert off["master_weights"] == off["optimizer"] == off["optimizer_step"] == 0.0
     assert off["host_gib"] == gib(16 * P / world)
+    # offload optimizer: the moments and the step's temporary leave the GPU, weights and gradients stay
+    opt = trainer_memory(shape(name), 8192, world=world, tensor_parallel=tp, grad_sync="per_microbatch",
+                         offload="optimizer")
+    assert opt["optimizer"] == opt["optimizer_step"] == 0.0 and opt["host_gib"] == gib(16 * P / world)
+    assert opt["master_weights"] == opt["gradients"] == gib(4 * P / world)
 
 
 def test_32b_on_one_node_the_users_layout():
@@ -68,6 +73,9 @@ def test_32b_on_one_node_the_users_layout():
     assert "optimizer_step 15.26" in m["why"] and "= 84.66 GiB > 80 GiB" in m["why"]
     off = plan_rank(s, 8192, 80.0, world=8, tensor_parallel=8, offload="params_and_optimizer")
     assert off["fits"] and off["host_gib"] == gib(16 * P32 / 8)
+    # AdamW's state alone on the CPU: the moments (30.52 GiB) and the step's temporary leave the GPU
+    opt = plan_rank(s, 8192, 80.0, world=8, tensor_parallel=8, offload="optimizer")
+    assert opt["fits"] and opt["optimizer"] == 0.0 and opt["master_weights"] == gib(4 * P32 / 8)
     two = plan_rank(s, 8192, 80.0, world=16, tensor_parallel=8)
     assert two["fits"] and two["master_weights"] == gib(4 * P32 / 16)
     assert two["grad_sync"] == "per_update" and two["unsharded_gradients"] == gib(4 * P32 / 8) == 15.26
@@ -146,10 +154,55 @@ def test_config_checks_the_parallel_keys():
 
     _check_parallel(TrainerConfig(num_trainers=8, tensor_parallel=4, grad_sync="per_microbatch",
                                   offload="params_and_optimizer"))
+    _check_parallel(TrainerConfig(offload="optimizer"))            # CPUAdamW: one rank too
     for bad, words in [({"num_trainers": 4, "tensor_parallel": 3}, "must divide train.num_trainers 4"),
                        ({"num_trainers": 2, "tensor_parallel": 2, "logprob_chunk_size": 0}, "logprob_chunk_size > 0"),
                        ({"grad_sync": "sometimes"}, "train.grad_sync must be"),
-                       ({"num_trainers": 2, "offload": "optimizer"}, "not built yet"),
+                       ({"offload": "sometimes"}, "train.offload must be"),
                        ({"offload": "params_and_optimizer"}, "needs train.num_trainers > 1")]:
         with pytest.raises(ConfigError, match=words):
             _check_parallel(TrainerConfig(**bad))
+
+
+def test_a_null_grad_sync_becomes_the_plans_choice_in_the_trainer_config(tmp_path):
+    """train.grad_sync null: make_plan records the choice (run.json's plan) and the config the
+    trainer ranks get (Cluster.trainer_config) carries it. FSDP alone over 16 x 80 GiB at 32B
+    cannot keep the unsharded gradients: per_microbatch; TP 8 x FSDP 2 can: per_update; one
+    data-parallel rank has nothing to choose; a CPU cluster (no GPU size) takes per_microbatch;
+    a value the user set is kept."""
+    from rlvr.config_loader import load_config
+    from rlvr.train.cluster import Cluster as RunCluster
+    from rlvr.train.config import TrainConfig
+    from rlvr.train.plan import Cluster, Node, make_plan
+
+    repo = os.path.dirname(os.path.dirname(__file__))
+
+    def cfg(*sets):
+        return load_config(TrainConfig, os.path.join(repo, "configs", "qwen3-1.7B-gsm8k.yaml"),
+                           [f"model.path={os.path.join(DATA, 'qwen3-32b')}", "train.max_tokens_per_microbatch=8192",
+                            "rollout.num_engines=2", "rollout.tensor_parallel_size=2", *sets])
+
+    gpus = Cluster([Node(64, 8, 80.0, n) for n in "abc"], "planned")
+    cases = [(("train.num_trainers=16",), gpus, "per_microbatch", True),
+             (("train.num_trainers=16", "train.tensor_parallel=8"), gpus, "per_update", True),
+             (("train.num_trainers=8", "train.tensor_parallel=8"), gpus, "per_update", True),
+             (("train.num_trainers=16", "train.grad_sync=per_update"), gpus, "per_update", False),
+             (("train.num_trainers=2", "rollout.engine_num_gpus=0", "train.trainer_num_gpus=0",
+               "rollout.tensor_parallel_size=1"), Cluster([Node(64, 0, None, "n")], "local"), "per_microbatch", True)]
+    for sets, cluster, want, chosen in cases:
+        c = cfg(*sets)
+        assert c.train.grad_sync == (None if chosen else want)
+        plan = make_plan(c, cluster, shape("qwen3-32b"))
+        assert (plan["grad_sync"], plan["grad_sync_chosen"]) == (want, chosen), sets
+        trainer = [a for a in plan["actors"] if a["role"] == "trainer"][0]["memory"]
+        if "unsharded_gradients" in trainer and want == "per_microbatch":
+            assert trainer["unsharded_gradients"] == 0.0 and trainer["grad_sync"] == want
+        run = RunCluster(c, str(tmp_path), "t")
+        assert run.trainer_config() is c.train          # before the plan: as given
+        run.plan = plan
+        assert run.trainer_config().grad_sync == want, sets
+        assert c.train.grad_sync == (None if chosen else want)   # the saved config keeps the user's null
+    # FSDP alone at 32B, per_microbatch chosen: the rank's figures are the per-micro-batch ones, and fit
+    plan = make_plan(cfg("train.num_trainers=16"), gpus, shape("qwen3-32b"))
+    rank = [a for a in plan["actors"] if a["role"] == "trainer"][0]["memory"]
+    assert rank["grad_sync"] == "per_microbatch" and rank["unsharded_gradients"] == 0.0 and rank["fits"]

@@ -16,7 +16,7 @@ def test_resume_on_two_fsdp_ranks_continues_the_same_data_order(ray_session, bas
     # A run stopped after its step-2 checkpoint and resumed, its trainer two FSDP ranks, trains
     # on the same prompts step by step as an uninterrupted run would: batch k of the prompt
     # stream at step k+1. The ranks' optimizer shards are in each checkpoint and engines and
-    # trainer agree on log-probs.
+    # trainer agree on log-probs. run.json's plan records the gradient sync the plan chose.
     from rlvr.train.stream import PromptStream
 
     fsdp = ("train.num_trainers=2", "train.trainer_num_cpus=0.5", "checkpoint.every=2")
@@ -32,6 +32,8 @@ def test_resume_on_two_fsdp_ranks_continues_the_same_data_order(ray_session, bas
     assert [r["step"] for r in rows] == [1, 2, 3]
     man = orjson.loads((part / "run.json").read_bytes())
     assert len(man["placement"]["trainer_ranks"]) == 2 and man["resumed_from_step"] == 2
+    # train.grad_sync null on a CPU cluster (no GPU size to fit the unsharded gradients in): the plan's choice
+    assert (man["plan"]["grad_sync"], man["plan"]["grad_sync_chosen"]) == ("per_microbatch", True)
     trained = [r for r in rows if r["train/sequences"] > 0]  # all-zero groups are filtered out
     assert trained and all(r["logprob/engine_vs_trainer_abs_diff"] < 1e-2 for r in trained)
     step, ck = latest_checkpoint(str(part))

@@ -2,8 +2,10 @@
 tiny Qwen3's heads, MLP and vocabulary split over 2 ranks, the log-softmax vocabulary-parallel)
 computes the same loss, gradients and updated weights as one process on the same batch; the
 weights a broadcast sends are the trainer's full tensors; a TP checkpoint is a plain Hugging
-Face folder that transformers loads and a TP trainer resumes from. Per-micro-batch gradient
-sync (train.grad_sync) gives the same update as one reduce-scatter per update."""
+Face folder that transformers loads, vLLM loads (the same greedy tokens and log-probs as
+transformers on the folder), and a TP trainer resumes from. Per-micro-batch gradient
+sync (train.grad_sync) gives the same update as one reduce-scatter per update, and so does
+AdamW's state on the CPU (train.offload optimizer), whose optimizer shards save and resume."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import dataclasses
 import os
 import socket
 
+import pytest
 import torch
 import torch.multiprocessing as mp
 
@@ -77,12 +80,19 @@ def _rank(rank, world, port, model, outdir):
     dist.destroy_process_group()
 
 
-def test_tp_mesh_matches_one_process(tmp_path):
+@pytest.fixture(scope="module")
+def tp_run(tmp_path_factory):
+    """The 2 x 2 mesh's run (_rank on 4 gloo processes): (its folder, the base model, each rank's outputs)."""
     from rlvr.tiny import build
 
+    tmp_path = tmp_path_factory.mktemp("tp")
     model = build(str(tmp_path / "m"))
     mp.spawn(_rank, args=(4, free_port(), model, str(tmp_path)), nprocs=4, join=True)
-    outs = [torch.load(tmp_path / f"rank{r}.pt") for r in range(4)]
+    return tmp_path, model, [torch.load(tmp_path / f"rank{r}.pt") for r in range(4)]
+
+
+def test_tp_mesh_matches_one_process(tp_run):
+    tmp_path, model, outs = tp_run
     # ranks 0,1 and 2,3 are TP groups; data-parallel coordinates 0 and 1; the first of each reports
     assert [o["coords"] for o in outs] == [(0, 2, True), (0, 2, False), (1, 2, True), (1, 2, False)]
     # q_proj: 2 heads x 64 rows, one head per TP rank, its rows sharded again over the 2 FSDP ranks
@@ -138,6 +148,22 @@ def _sync_rank(rank, world, port, model, outdir):
         reductions.clear()
         t.step(Batch(PROMPTS, COMPS, ADV, None, None))
         out[sync] = {"weights": t.full_state_dict(), "reductions": len(reductions), "groups": fsdp_groups(t)}
+    # train.offload optimizer on the FSDP shards: the same update; its optimizer shards save and resume
+    t = PolicyTrainer(model, cfg(offload="optimizer"), max_tokens=8, total_steps=4, rank=rank, world=world)
+    t.step(Batch(PROMPTS, COMPS, ADV, None, None))
+    out["offload"] = {"weights": t.full_state_dict(), "host_state": len(t.opt.host.state),
+                      "device_state": len(t.opt.state)}
+    ck = os.path.join(outdir, "ck_offload")
+    os.makedirs(ck, exist_ok=True)
+    t.save(ck, {"step": 1})
+    t.step(Batch(PROMPTS, COMPS, ADV, None, None))
+    r = PolicyTrainer(ck, cfg(offload="optimizer"), max_tokens=8, total_steps=4, rank=rank, world=world,
+                      ref_path=model)
+    r.load_state(ck)
+    r.step(Batch(PROMPTS, COMPS, ADV, None, None))
+    a, b = r.full_state_dict(), t.full_state_dict()
+    if rank == 0:
+        out["offload"]["resume_diff"] = max(float((a[k] - b[k]).abs().max()) for k in a)
     torch.save(out, os.path.join(outdir, f"sync{rank}.pt"))
     dist.destroy_process_group()
 
@@ -145,7 +171,9 @@ def _sync_rank(rank, world, port, model, outdir):
 def test_per_microbatch_sync_gives_the_same_update(tmp_path):
     """train.grad_sync per_microbatch reduce-scatters after every micro-batch (2 ranks, 2 updates
     of 2 micro-batches each a rank: 4 x the FSDP groups), per_update once per update (2 x), and
-    the updated weights agree."""
+    the updated weights agree; so do those of train.offload optimizer (AdamW's state on the
+    CPU, rlvr.train.parallel.CPUAdamW, over the FSDP shards), whose per-rank optimizer shards
+    save and resume to the weights of the trainer that went on."""
     from safetensors.torch import load_file
 
     from rlvr.tiny import build
@@ -161,5 +189,41 @@ def test_per_microbatch_sync_gives_the_same_update(tmp_path):
     assert set(a) == set(b) and len(a) > 10
     for k in a:
         assert torch.allclose(a[k], b[k], rtol=1e-5, atol=1e-6), k
+    off = o["offload"]
+    assert off["device_state"] == 0 and off["host_state"] > 10      # AdamW's moments on the host only
+    for k in a:
+        assert torch.allclose(a[k], off["weights"][k], rtol=1e-5, atol=1e-6), k
+    assert off["resume_diff"] < 1e-6, off["resume_diff"]
     base = load_file(os.path.join(model, "model.safetensors"))
     assert any(not torch.equal(a[k], v) for k, v in base.items() if k in a)     # an update happened
+
+
+def test_a_tp_checkpoint_loads_in_vllm_as_in_transformers(tp_run, vllm_engine, tiny_model_dir):
+    """The TP trainer's checkpoint folder (weights gathered from 2-D shards, the tied output
+    layer left out) loaded by vLLM's workers into the session's engine (the same tiny
+    architecture): its greedy tokens are transformers' argmax on the same folder at every
+    position, with the same log-probs, and differ in log-probs from the base model's."""
+    from transformers import AutoModelForCausalLM
+
+    from rlvr.engines import Sampling
+
+    tmp_path, _, _ = tp_run
+    prompt = [5, 6, 7, 8, 9]
+    greedy = Sampling(n=1, temperature=0, max_tokens=6, logprobs=True)
+    base = vllm_engine.generate([prompt], greedy)[0].samples[0]
+    try:
+        vllm_engine.update_weights(str(tmp_path / "ck"), version=None)     # a folder: read by vLLM's loader
+        got = vllm_engine.generate([prompt], greedy)[0].samples[0]
+    finally:
+        vllm_engine.update_weights(tiny_model_dir, version=None)
+    hf = AutoModelForCausalLM.from_pretrained(str(tmp_path / "ck"), dtype=torch.float32).eval()
+    ids = torch.tensor([prompt + list(got.token_ids)])
+    with torch.no_grad():
+        logp = torch.log_softmax(hf(ids).logits[0, len(prompt) - 1:-1].float(), -1)    # [n, V]
+    assert len(got.token_ids) > 0
+    assert logp.argmax(-1).tolist() == list(got.token_ids)
+    want = [float(logp[i, t]) for i, t in enumerate(got.token_ids)]
+    assert max(abs(a - b) for a, b in zip(got.logprobs, want)) < 1e-3, (got.logprobs, want)
+    n = min(len(base.logprobs), len(got.logprobs))
+    assert list(base.token_ids) != list(got.token_ids) or \
+        max(abs(a - b) for a, b in zip(base.logprobs[:n], got.logprobs[:n])) > 1e-3     # the trained weights

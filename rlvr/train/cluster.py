@@ -5,6 +5,7 @@ first calls, bounded by ray.startup_timeout_s, an actor's error as one line).
     cluster = Cluster(cfg, run_dir, tag)
     cluster.init()                       # join or start Ray; cluster.info goes to run.json
     plan = cluster.preflight(base)       # rlvr.train.plan's checks, before any actor exists
+    tcfg = cluster.trainer_config()      # train as the ranks run it (grad_sync null: the plan's choice)
     nodes = cluster.startup([a.node.remote() for a in actors], "starting the engines", labels)
 """
 
@@ -152,6 +153,16 @@ class Cluster:
                               + "; ".join(p["problems"]))
         self.plan = p
         return p
+
+    def trainer_config(self):
+        """train's section as the trainer ranks run it: a null train.grad_sync becomes the plan's
+        choice (run.json's plan: grad_sync, grad_sync_chosen); the config as given before any
+        plan is made."""
+        import dataclasses
+
+        t = self.cfg.train
+        chosen = (self.plan or {}).get("grad_sync")
+        return dataclasses.replace(t, grad_sync=chosen) if t.grad_sync is None and chosen else t
 
     def trainer_group(self, world: int, res: dict, tensor_parallel: int = 1) -> list:
         """The trainer ranks' scheduling strategies, rank 0 first: one STRICT_PACK placement group

@@ -279,15 +279,13 @@ def _check_parallel(t) -> None:
     if t.grad_sync not in (None, "per_update", "per_microbatch"):
         raise ConfigError(f"train.grad_sync must be per_update, per_microbatch or null, got {t.grad_sync!r}")
     if t.offload not in (None, "optimizer", "params_and_optimizer"):
-        raise ConfigError(f"train.offload must be params_and_optimizer or null, got {t.offload!r}")
-    if t.offload == "optimizer":
-        raise ConfigError("train.offload optimizer (AdamW's state alone on the CPU) is not built yet: FSDP2's CPU "
-                          "offload moves parameters and optimizer together (train.offload params_and_optimizer)")
+        raise ConfigError(f"train.offload must be optimizer, params_and_optimizer or null, got {t.offload!r}")
     if tp > 1 and t.loss.entropy_coef:
         raise ConfigError("train.loss.entropy_coef with train.tensor_parallel > 1: the vocabulary-parallel "
                           "log-softmax gives the entropy without its gradient; set one of them back")
-    if t.offload and world < 2:
-        raise ConfigError("train.offload offloads FSDP's shards: it needs train.num_trainers > 1")
+    if t.offload == "params_and_optimizer" and world < 2:
+        raise ConfigError("train.offload params_and_optimizer offloads FSDP's shards: it needs train.num_trainers > 1 "
+                          "(train.offload optimizer runs on one rank too)")
 
 
 def _check_modes(cfg: TrainConfig) -> list[str]:

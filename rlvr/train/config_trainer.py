@@ -156,8 +156,10 @@ class TrainerConfig:
     per_microbatch (reduce-scatter after each micro-batch: sharded gradients only, as verl); null = the plan's
     choice (per_update where the unsharded gradients fit, rlvr.train.plan_parallel)."""
     offload: str | None = None
-    """params_and_optimizer: FSDP2's CPUOffloadPolicy (sharded parameters, gradients and AdamW's state on the
-    CPU, the optimizer step there); null = none. Needs num_trainers > 1 (FSDP). (optimizer alone: not built yet.)"""
+    """optimizer: AdamW's state and step on the CPU, parameters and gradients on the device (the gradients copied
+    to the CPU and the updated parameters back once an update, rlvr.train.parallel.CPUAdamW; any num_trainers);
+    params_and_optimizer: FSDP2's CPUOffloadPolicy (sharded parameters, gradients and AdamW's state on the CPU,
+    the optimizer step there; needs num_trainers > 1); null = none."""
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """Trainer parallelism on torch's DTensor: the device mesh (data-parallel shard x tensor
 parallel), the tensor-parallel plan of Qwen3- and Llama-shaped decoders (torch's
 `parallelize_module`), FSDP2 over the data-parallel dimension (with its CPU offload policy
-where train.offload asks), and the vocabulary-parallel log-softmax of the output layer.
+where train.offload asks), AdamW with its state on the CPU (train.offload optimizer: CPUAdamW),
+and the vocabulary-parallel log-softmax of the output layer.
 
     mesh = build_mesh(world, tensor_parallel, device)   # 2-D ("dp", "tp"), or None on one rank
     shard(model, compute_dtype, reduce_dtype, mesh)      # TP plan, then FSDP2 over "dp"
@@ -108,11 +109,12 @@ def shard(model, compute_dtype: torch.dtype, reduce_dtype: torch.dtype = torch.f
     whole default group when `mesh` is None): each decoder layer, then the rest of the model;
     parameters cast to compute_dtype for forward/backward, gradients reduced (and accumulated
     over micro-batches) in reduce_dtype. offload "params_and_optimizer": FSDP2's
-    CPUOffloadPolicy (sharded parameters, gradients and the optimizer's step on the CPU)."""
+    CPUOffloadPolicy (sharded parameters, gradients and the optimizer's step on the CPU);
+    "optimizer" leaves the shards on the device (the optimizer is CPUAdamW)."""
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
-    if offload not in OFFLOADS or offload == "optimizer":
-        raise ValueError(f"train.offload must be params_and_optimizer or None, got {offload!r}")
+    if offload not in OFFLOADS:
+        raise ValueError(f"train.offload must be optimizer, params_and_optimizer or None, got {offload!r}")
     if mesh is not None and tp_size(mesh) > 1:
         apply_tp(model, mesh["tp"])
     kw = {"mp_policy": MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=reduce_dtype)}
@@ -238,3 +240,95 @@ def clip_grad_norm(params, max_norm: float) -> torch.Tensor:
     for ps in groups.values():      # one foreach call per mesh, as torch does it within one
         torch.nn.utils.clip_grads_with_norm_(ps, max_norm, total)
     return total
+
+
+# -- train.offload optimizer: AdamW's state on the CPU ---------------------------------------
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """This rank's part of a parameter or gradient (a DTensor's local shard; a plain tensor itself)."""
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+class CPUAdamW(torch.optim.Optimizer):
+    """train.offload optimizer: AdamW whose state (the two moments) and step live in host
+    memory, while the parameters and their gradients stay on the device (FSDP's shards, or one
+    rank's fp32 masters). Each parameter has a host copy of this rank's part (fp32, pinned
+    where the device is a GPU) with a host gradient buffer; `step` copies the device gradients
+    into the buffers, runs torch's AdamW on the host copies (its fused CPU implementation unless
+    the arguments choose one), and copies the updated values back into the device parameters. The host holds 16 bytes a parameter of this rank's part
+    (copy, gradient buffer, two moments); the device none of the optimizer's.
+
+    The optimizer's param_groups are the device parameters (what clipping, a loss scaler's
+    unscale and zero_grad act on, and the lr scheduler sets); their hyperparameters are handed
+    to the host AdamW at each step. state_dict / load_state_dict are the host AdamW's: the
+    same layout as a plain AdamW's over the same parameters (one rank: a checkpoint resumes
+    with or without the offload; with FSDP a plain AdamW's DTensor moments load as their local
+    shards)."""
+
+    def __init__(self, params, **adamw_args):
+        super().__init__(params, dict(adamw_args))
+        devs = [p for g in self.param_groups for p in g["params"]]
+        self.pinned = bool(devs) and devs[0].is_cuda          # page-locked buffers for async copies
+        self.device = devs[0].device if devs else torch.device("cpu")
+        groups = []
+        for g in self.param_groups:
+            hs = []
+            for p in g["params"]:
+                h = self._host(_local(p.detach()))
+                h.copy_(_local(p.detach()))
+                hs.append(h)
+            groups.append({**{k: v for k, v in g.items() if k != "params"}, "params": hs})
+        # torch's fused AdamW on the CPU: one pass over the moments, ~5x the default's speed here
+        self.fused = not any(adamw_args.get(k) is not None for k in ("foreach", "fused"))
+        self.host = torch.optim.AdamW(groups, **({"fused": True} if self.fused else {}), **adamw_args)
+
+    def _host(self, like: torch.Tensor) -> torch.Tensor:
+        h = torch.empty(like.shape, dtype=torch.float32, device="cpu")
+        return h.pin_memory() if self.pinned else h
+
+    def _pairs(self):
+        for g, hg in zip(self.param_groups, self.host.param_groups):
+            yield from zip(g["params"], hg["params"])
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self._hand_over_groups()
+        moved = []
+        for p, h in self._pairs():
+            if p.grad is None:
+                h.grad = None
+                continue
+            if h.grad is None:
+                h.grad = self._host(h)
+            h.grad.copy_(_local(p.grad), non_blocking=self.pinned)
+            moved.append((p, h))
+        if self.pinned:      # the device-to-host copies are done before the host reads them
+            torch.cuda.current_stream(self.device).synchronize()
+        self.host.step()
+        for p, h in moved:
+            _local(p).copy_(h, non_blocking=self.pinned)
+        return loss
+
+    def _hand_over_groups(self) -> None:
+        """The device side's hyperparameters (the lr the scheduler set, ...) to the host AdamW."""
+        for g, hg in zip(self.param_groups, self.host.param_groups):
+            hg.update({k: v for k, v in g.items() if k != "params"})
+
+    def state_dict(self) -> dict:
+        self._hand_over_groups()      # the lr as it is now, not as the last step took it
+        return self.host.state_dict()
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        state = {i: {k: _local(v) if torch.is_tensor(v) else v for k, v in st.items()}
+                 for i, st in state_dict["state"].items()}
+        self.host.load_state_dict({**state_dict, "state": state})
+        if self.fused:       # a plain AdamW's checkpoint names its own (unfused) implementation
+            for hg in self.host.param_groups:
+                hg.update(fused=True, foreach=None)
+        for g, hg in zip(self.param_groups, self.host.param_groups):
+            g.update({k: v for k, v in hg.items() if k != "params" and k in g})

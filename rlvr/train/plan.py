@@ -7,7 +7,7 @@ the problems (exit 2) before it creates an actor:
     {"actors": [{"role": "engine"|"trainer"|"teacher"|"judge", "index", "gpus", "cpus", "est_peak_gib", ...}],
      "sync": "nccl"|"gloo"|"object_store"|null, "cluster": {...}, "fits": true|false,
      "problems": [...], "notes": [...], "engine_gpu_memory_utilization", "teacher_gpu_memory_utilization"
-     (with teachers), "microbatches": {...}, "model": {...}}
+     (with teachers), "microbatches": {...}, "grad_sync", "grad_sync_chosen", "model": {...}}
 
 Everything here is arithmetic on the model's config.json (a folder holding only that file is
 enough: no weights are read, nothing is downloaded for a local path), the config and the
@@ -22,6 +22,9 @@ cluster's resources:
   longest generation, within max_model_len; `measure_longest_prompt` reads the prompts where
   the tokenizer and the data are on this machine), and each engine's and distillation
   teacher's share (`engine_memory`: weights + KV cache inside vLLM's memory fraction);
+- gradient sync: train.grad_sync, or where null the plan's choice (rlvr.train.plan_parallel.
+  resolve_grad_sync: per_update only where the unsharded gradients fit), which the trainer
+  ranks then run (rlvr.train.cluster.Cluster.trainer_config);
 - problems: more GPUs or CPUs than there are, a GPU shared under sync.method nccl (NCCL
   refuses two ranks on one device), a trainer that cannot fit its GPU, engines, teachers and
   trainers on one GPU that together need more than it has. Where engines or teachers share a
@@ -139,8 +142,11 @@ def make_plan(cfg, cluster: Cluster, shape: ModelShape | None, teacher: ModelSha
         logprob_chunk=t.logprob_chunk_size, reference=t.loss.beta > 0, on_gpu=has_gpus,
         sends=sync is not None and has_gpus, broadcast=sync in ("nccl", "gloo") and has_gpus,
         bucket_bytes=int(bucket) if sync == "nccl" and has_gpus else 0)
-    if shape is not None and (t.tensor_parallel > 1 or t.offload or t.grad_sync == "per_microbatch"):
-        tmem = plan_parallel.rank_memory(cfg, shape, mbs["tokens"], c, cluster, has_gpus)   # FSDP x TP, offload
+    # train.grad_sync null: the plan's choice, which the trainer ranks run (rlvr.train.cluster)
+    grad_sync = plan_parallel.resolve_grad_sync(cfg, shape, mbs["tokens"], c, cluster, has_gpus)
+    if shape is not None and (t.tensor_parallel > 1 or t.offload or grad_sync == "per_microbatch"):
+        tmem = plan_parallel.rank_memory(cfg, shape, mbs["tokens"], c, cluster, has_gpus,   # FSDP x TP, offload
+                                         grad_sync=grad_sync)
     eb = BYTES.get(r.dtype if r.dtype != "auto" else ("bfloat16" if has_gpus else "float32"), 2)
     tb = BYTES.get(te.dtype if te.dtype != "auto" else ("bfloat16" if has_gpus else "float32"), 2)
     fraction, tfraction = float(r.gpu_memory_utilization), float(te.gpu_memory_utilization)
@@ -235,7 +241,8 @@ def make_plan(cfg, cluster: Cluster, shape: ModelShape | None, teacher: ModelSha
         out_actors.append(d)
     plan = {"actors": out_actors, "sync": sync, "cluster": cluster.as_dict(), "fits": not problems,
             "problems": problems, "notes": notes, "engine_gpu_memory_utilization": round(fraction, 4),
-            "trainers_together": together, "microbatches": mbs}
+            "trainers_together": together, "microbatches": mbs, "grad_sync": grad_sync,
+            "grad_sync_chosen": t.grad_sync is None}
     if any(a.role == "teacher" for a in actors):
         plan["teacher_gpu_memory_utilization"] = round(tfraction, 4)
     if shape is not None:

@@ -18,7 +18,9 @@ dtype, r bytes of the gradient reduce dtype:
   MLP-sized terms divide by t;
 - the loss path: chunk x V / t fp32 logits twice, the output layer's gradient 2 x V / t x H x c;
 - offload params_and_optimizer: master weights, sharded gradients, moments and the optimizer
-  step's temporaries move to host memory (reported as host_gib).
+  step's temporaries move to host memory (reported as host_gib); offload optimizer: the
+  moments and the step's temporaries move (rlvr.train.parallel.CPUAdamW), the host holding a
+  copy of the weights, a gradient buffer and the moments, 16P / W (host_gib).
 """
 
 from __future__ import annotations
@@ -38,12 +40,13 @@ def trainer_memory(shape: ModelShape, tokens: int, *, world: int = 1, tensor_par
     Hq = shape.heads * shape.head_dim
     c, W, t, T = compute_bytes, max(1, world), max(1, tensor_parallel), max(1, int(tokens))
     off = offload == "params_and_optimizer"
+    host = off or offload == "optimizer"           # AdamW's moments and step on the CPU
     p: dict[str, float] = {}
     p["master_weights"] = 0.0 if off else 4 * P / W
     p["gradients"] = 0.0 if off else 4 * P / W
     # with one data-parallel rank (W = t) there is nothing to reduce-scatter: the gradients are the shards
     p["unsharded_gradients"] = reduce_bytes * P / t if (W // t > 1 and grad_sync == "per_update") else 0.0
-    p["optimizer"] = 0.0 if off else 8 * P / W
+    p["optimizer"] = 0.0 if host else 8 * P / W
     p["compute_copy"] = 2 * c * shape.layer_params / t if W > 1 else (c * P if c < 4 else 0.0)
     p["reference"] = c * P / W if reference else 0.0
     # one layer recomputed with its gradients: hidden-sized terms whole, head/MLP-sized ones split
@@ -53,7 +56,7 @@ def trainer_memory(shape: ModelShape, tokens: int, *, world: int = 1, tensor_par
     p["activations"] = checkpoints + layer if gradient_checkpointing else L * layer
     chunk = min(T, logprob_chunk or T)
     p["loss_path"] = 2 * chunk * V / t * 4 + 2 * V / t * H * c
-    p["optimizer_step"] = 0.0 if off else 4 * P / W
+    p["optimizer_step"] = 0.0 if host else 4 * P / W
     transient = max(p["activations"] + p["loss_path"], p["optimizer_step"])
     persistent = sum(p[k] for k in ("master_weights", "gradients", "unsharded_gradients", "optimizer",
                                     "compute_copy", "reference"))
@@ -62,7 +65,7 @@ def trainer_memory(shape: ModelShape, tokens: int, *, world: int = 1, tensor_par
     out = {k: round(v / GIB, 2) for k, v in p.items()}
     out.update({"tokens_per_microbatch": T, "tensor_parallel": t, "data_parallel": W // t, "grad_sync": grad_sync,
                 "offload": offload, "allocated_gib": round(allocated / GIB, 2), "est_peak_gib": round(total / GIB, 2),
-                "host_gib": round(16 * P / W / GIB, 2) if off else 0.0})
+                "host_gib": round(16 * P / W / GIB, 2) if host else 0.0})
     return out
 
 
@@ -133,15 +136,38 @@ def _gpu_mem(cluster) -> float | None:
     return min(sizes) if sizes else None
 
 
-def rank_memory(cfg, shape: ModelShape, tokens: int, compute_bytes: int, cluster, on_gpu: bool) -> dict:
-    """One trainer rank's plan_rank figures for `cfg` (train.num_trainers, tensor_parallel,
-    grad_sync, offload, grad_reduce_dtype) on `cluster`'s GPUs (the smallest)."""
+def _rank_kw(cfg, compute_bytes: int, on_gpu: bool) -> dict:
     t = cfg.train
-    return plan_rank(shape, tokens, _gpu_mem(cluster) if on_gpu else None, grad_sync=t.grad_sync,
-                     world=max(1, t.num_trainers), tensor_parallel=max(1, t.tensor_parallel), offload=t.offload,
-                     compute_bytes=compute_bytes, reduce_bytes=4 if t.grad_reduce_dtype == "float32" else 2,
-                     gradient_checkpointing=t.gradient_checkpointing, logprob_chunk=t.logprob_chunk_size,
-                     reference=t.loss.beta > 0, on_gpu=on_gpu)
+    return dict(world=max(1, t.num_trainers), tensor_parallel=max(1, t.tensor_parallel), offload=t.offload,
+                compute_bytes=compute_bytes, reduce_bytes=4 if t.grad_reduce_dtype == "float32" else 2,
+                gradient_checkpointing=t.gradient_checkpointing, logprob_chunk=t.logprob_chunk_size,
+                reference=t.loss.beta > 0, on_gpu=on_gpu)
+
+
+def rank_memory(cfg, shape: ModelShape, tokens: int, compute_bytes: int, cluster, on_gpu: bool,
+                grad_sync: str | None = None) -> dict:
+    """One trainer rank's plan_rank figures for `cfg` (train.num_trainers, tensor_parallel,
+    grad_sync, offload, grad_reduce_dtype) on `cluster`'s GPUs (the smallest); `grad_sync`
+    (resolve_grad_sync's) in place of a null train.grad_sync."""
+    return plan_rank(shape, tokens, _gpu_mem(cluster) if on_gpu else None, grad_sync=cfg.train.grad_sync or grad_sync,
+                     **_rank_kw(cfg, compute_bytes, on_gpu))
+
+
+def resolve_grad_sync(cfg, shape: ModelShape | None, tokens: int, compute_bytes: int, cluster, on_gpu: bool) -> str:
+    """The gradient sync the trainer ranks run: train.grad_sync where set, else the plan's
+    choice (choose_grad_sync on `cluster`'s smallest GPU): per_update with one data-parallel
+    rank, or where the unsharded gradients are known to fit; per_microbatch where they are
+    not (no GPU size, or a model whose config.json could not be read: `shape` None).
+    rlvr.train.cluster.Cluster.trainer_config hands it to the ranks."""
+    t = cfg.train
+    if t.grad_sync:
+        return t.grad_sync
+    if max(1, t.num_trainers) // max(1, t.tensor_parallel) <= 1:
+        return "per_update"
+    if shape is None:
+        return "per_microbatch"
+    return choose_grad_sync(shape, tokens, _gpu_mem(cluster) if on_gpu else None,
+                            **_rank_kw(cfg, compute_bytes, on_gpu))
 
 
 def layouts_summary(cfg, shape: ModelShape, tokens: int, compute_bytes: int, cluster) -> list[dict]:

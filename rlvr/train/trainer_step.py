@@ -97,12 +97,18 @@ def lr_lambda(schedule: str, warmup: int, total: int):
 def build_optimizer(params, tcfg, dtype: torch.dtype, device: str, world: int, total_steps: int):
     """(optimizer, loss scaler or None, lr scheduler) over `params` (the fp32 masters on one rank
     with a compute dtype below float32, else the model's parameters): AdamW with train's settings
-    (rlvr.train.config.optimizer_args), the lr schedule over total_steps.
+    (rlvr.train.config.optimizer_args; with train.offload optimizer its state on the CPU,
+    rlvr.train.parallel.CPUAdamW), the lr schedule over total_steps.
 
     float16 compute: a dynamic loss scaler keeps small gradients from flushing to zero (an
     update whose gradients overflow is skipped and the scale halved); bf16 needs none. It
     unscales and checks the gradients the optimizer holds (the fp32 masters on one rank)."""
-    opt = torch.optim.AdamW(params, **optimizer_args(tcfg))
+    if getattr(tcfg, "offload", None) == "optimizer":   # AdamW's state on the CPU (rlvr.train.parallel)
+        from rlvr.train.parallel import CPUAdamW
+
+        opt = CPUAdamW(params, **optimizer_args(tcfg))
+    else:
+        opt = torch.optim.AdamW(params, **optimizer_args(tcfg))
     scaler = None
     if dtype == torch.float16:
         dev = device.split(":")[0]

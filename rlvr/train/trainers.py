@@ -45,7 +45,7 @@ class TrainerGroup:
         from rlvr.train.observe import OBSERVE_GROUPS
         from rlvr.train.placement import on_this_node
 
-        t = self.cfg.train
+        t = self.cluster.trainer_config()   # train.grad_sync null: the plan's choice
         res: dict = {"num_cpus": t.trainer_num_cpus}
         if self.cluster.has_gpus():
             res["num_gpus"] = t.trainer_num_gpus
