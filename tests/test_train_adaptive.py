@@ -2,8 +2,9 @@
 without engines: the balanced seeded draw, the stopping rule, the drop rule, the seeds of later
 rounds, the config's bounds; then tiny CPU runs through rlvr-train (synchronous and with
 max_staleness 1). Generations that cannot hold a step hostage: an engine actor's call stopped by
-rollout.timeout_s or by sync.abort_in_flight, and the driver's resubmission or drop of what it
-stopped (the end-to-end timeout run is in test_train_faults.py)."""
+rollout.timeout_s or by sync.abort_in_flight, the driver's resubmission or drop of what it
+stopped, and a step whose every group timed out (the end-to-end timeout and abort runs are in
+test_train_faults.py)."""
 
 from __future__ import annotations
 
@@ -189,6 +190,56 @@ def test_abort_in_flight_and_timeout_s_config():
     check(cfg("rollout.timeout_s=30"))
 
 
+def test_a_step_whose_every_group_timed_out_trains_nothing_says_so_and_the_next_step_trains(tiny_model_dir):
+    """Every group of a step timed out (rollout.timeout_s: with vLLM one engine step advances every request, so a
+    whole round can): the step's batch is empty. Between two steps that train, the trainer's step on it makes no
+    update (the weights stay, though Adam holds momentum; its version advances with the driver's), the agreement
+    check (were it the run's first step) lets it pass, its trace line says so (train/sequences 0,
+    sampling/groups_trained 0, the timeouts counted) and is written, and the next step trains."""
+    import orjson
+    import torch
+
+    from rlvr.records import dumps
+    from rlvr.train.batch import Filled, assemble, sample_fates
+    from rlvr.train.config import TrainerConfig
+    from rlvr.train.engine_sync import check_agreement
+    from rlvr.train.metrics import Faults, StepTimes, step_metrics
+    from rlvr.train.trainer import PolicyTrainer
+    from rlvr.train.trainer_step import merge_metrics
+
+    cfg = load_config(TrainConfig, None, ["rollout.timeout_s=1"])
+    t = PolicyTrainer(tiny_model_dir, TrainerConfig(lr=1e-2, micro_batch_size=4, dtype="float32", device="cpu"),
+                      max_tokens=8, total_steps=4)
+    faults = Faults()
+
+    def weights() -> dict:
+        return {k: v.clone() for k, v in t.model.state_dict().items()}
+
+    def line(groups: list[Group], step: int) -> tuple[dict, list]:
+        a = assemble(groups, step, "group", False, False, 8)
+        a.batch.samples_per_batch = 8 * 4
+        m = merge_metrics([t.step(a.batch)])    # as rlvr.train.trainers merges its ranks' metrics
+        if not groups:
+            check_agreement(cfg, m, step)
+        fates = sample_fates(Filled(groups, groups), a, False)
+        row = step_metrics(step + 1, a, Filled(groups, groups), m, StepTimes(step=1.0), faults, queue_depth=0,
+                           engines=1, samples_total=0.0, elapsed=1.0)
+        return orjson.loads(dumps(row)), fates
+
+    row, _ = line([group(0, [1.0, 0.0, 1.0, 0.0])], 0)
+    assert row["train/updates"] == 1 and t.version == 1
+    before = weights()
+    faults.add("timeout_prompts", 8)        # what rlvr.train.fleet counts for a round of 8 prompts all timed out
+    row, fates = line([], 1)
+    assert row["train/sequences"] == 0 and row["train/tokens"] == 0 and row["train/updates"] == 0
+    assert row["sampling/groups_drawn"] == 0 and row["sampling/groups_trained"] == 0 and row["reward/mean"] == 0
+    assert row["faults/timeout_prompts"] == 8 and row["step"] == 2 and fates == []
+    assert t.version == 2 and all(torch.equal(v, before[k]) for k, v in weights().items())
+    row, fates = line([group(1, [1.0, 0.0, 0.0, 0.0])], 2)
+    assert row["train/sequences"] == 4 and row["train/updates"] == 1 and fates == [(3, "trained", 4)]
+    assert t.version == 3 and not all(torch.equal(v, before[k]) for k, v in weights().items())
+
+
 class _Remote:
     def __init__(self, log: list, name: str):
         self.log, self.name = log, name
@@ -220,7 +271,8 @@ class _Traces:
 def test_abort_in_flight_tells_the_busy_engines_and_resubmits_or_drops_what_they_stopped(mode):
     """The driver's side (rlvr.train.fleet) with stand-in engine actors: at a sync the engines with calls not yet
     collected are told the new version (in the signal concurrency group); the prompts a call returns as aborted are
-    sent again to the same engine with the same sample count and seeds (resubmit) or recorded as aborted (drop)."""
+    sent again to the same engine with the same sample count and seeds, keeping their places in the round
+    (resubmit), or recorded as aborted (drop)."""
     from rlvr.train.fleet import EngineFleet
     from rlvr.train.metrics import Faults
     from rlvr.train.prompts import Chunk
@@ -241,6 +293,8 @@ def test_abort_in_flight_tells_the_busy_engines_and_resubmits_or_drops_what_they
     assert fleet.faults["aborted_in_flight"] == 2
     if mode == "resubmit":
         assert again.engine == 1 and again.items == [items[1], items[3]] and (again.n, again.offset) == (4, 8)
+        # the round's prompts 3 and 7 (engine 1 of 2 held 1, 3, 5, 7): collected into their own places
+        assert busy.position(1, 2) == 3 and again.positions == [3, 7] and again.position(1, 2) == 7
         (name, args), = log
         seeds = args[2]
         from rlvr.engines.base import prompt_seed

@@ -1,7 +1,8 @@
 """rlvr-train's fault handling end to end on the tiny model: an engine killed or hung mid-run is
 replaced and its prompts requeued; a dead trainer ends the run with one line naming the last
-checkpoint; a prompt group past rollout.timeout_s is aborted. (Split from test_train.py so the
-files run side by side; a signal during a run: tests/test_train_signals.py.)"""
+checkpoint; a prompt group past rollout.timeout_s is aborted and the run goes on; sync.abort_in_flight stops
+and resubmits stale generations. (Split from test_train.py so the files run side by side; a signal during a
+run: tests/test_train_signals.py.)"""
 
 from __future__ import annotations
 
@@ -230,3 +231,29 @@ def test_a_prompt_group_past_rollout_timeout_s_is_aborted_recorded_and_the_run_g
     assert all(x["completions"] == [] and "rollout.timeout_s" in x["generation"]["error"] for x in timed_out)
     assert rows[-1]["faults/timeout_prompts"] == 14
     assert all(r["sampling/groups_trained"] == 1 for r in rows)
+
+
+def test_abort_in_flight_stops_stale_generations_resubmits_them_and_the_run_learns(ray_session, base_model, tmp_path):
+    """sync.abort_in_flight resubmit under max_staleness 1: the round generating for the next step while a step
+    trains is stopped at the weight sync and its unfinished prompts are sent again behind the update; the trace
+    counts them, every prompt of every step still has its whole group, in its place (none lost, none twice), the
+    resent ones on the newer weights, and the reward rises."""
+    steps = 10
+    cfg = cfg_for(base_model, *SMALL, f"train.steps={steps}", "checkpoint.every=0", "train.max_staleness=1",
+                  "sync.abort_in_flight=resubmit")
+    run(cfg, tmp_path)
+    rows = trace(tmp_path)
+    assert [r["step"] for r in rows] == list(range(1, steps + 1))
+    aborted = rows[-1]["faults/aborted_in_flight"]
+    assert aborted > 0 and rows[-1]["faults/resubmitted_in_flight"] == aborted
+    assert rows[-1]["faults/dropped_in_flight"] == 0
+    rollouts = trace(tmp_path, "rollouts.jsonl")
+    keys = [(x["id"], x["epoch"]) for x in rollouts]
+    assert len(keys) == steps * 8 == len(set(keys)) and all(len(x["completions"]) == 4 for x in rollouts)
+    assert all(r["sampling/groups_trained"] == 8 for r in rows)
+    # the resent prompts generated on the weights of the step before theirs: fresher than the round they left
+    fresh = sum(x["policy_version"] == x["step"] - 1 for x in rollouts if x["step"] > 1)
+    assert fresh > 0 and all(x["step"] - 2 <= x["policy_version"] <= x["step"] - 1 for x in rollouts)
+    first = sum(r["reward/mean"] for r in rows[:3]) / 3
+    last = sum(r["reward/mean"] for r in rows[-3:]) / 3
+    assert last > first + 0.1, (first, last)

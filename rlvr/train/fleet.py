@@ -183,9 +183,11 @@ class EngineFleet:
         ne = len(self.engines)
         rnd.chunks = [self.submit(e, items[e::ne], step, n, offset) for e in range(ne) if items[e::ne]]
 
-    def submit(self, e: int, items, step: int | None = None, n: int | None = None, offset: int = 0) -> Chunk:
+    def submit(self, e: int, items, step: int | None = None, n: int | None = None, offset: int = 0,
+               positions: list | None = None) -> Chunk:
         """Send prompts to engine e: rollout.n samples each, or n of them seeded from sample `offset` on
-        (adaptive sampling's later rounds: rlvr.train.adaptive). step: the trace's step (for spans)."""
+        (adaptive sampling's later rounds: rlvr.train.adaptive). step: the trace's step (for spans);
+        positions: the items' places in their round, where they are not a whole chunk of it (Chunk.position)."""
         seeds = [prompt_seed(self.cfg.rollout.seed, rec["id"], ep) + offset for rec, ep, _, _ in items]
         if not self.cfg.rollout.seeded:
             seeds = None
@@ -200,7 +202,7 @@ class EngineFleet:
                                               lengths if any(n != self.cfg.rollout.max_tokens for n in lengths) else None,
                                               step, [rec.get("id") for rec, _, _, _ in items],
                                               self.cfg.rollout.timeout_s, self.cfg.sync.abort_in_flight != "off")
-        chunk = Chunk(e, ref, items, time.monotonic(), self.engines[e], n, offset)
+        chunk = Chunk(e, ref, items, time.monotonic(), self.engines[e], n, offset, positions)
         self.outstanding.add(chunk)
         return chunk
 
@@ -237,7 +239,7 @@ class EngineFleet:
                         if current:  # else: queued on an engine already replaced, just resend
                             self.restart_engine(c.engine, f"failed ({type(ex).__name__})")
                         self.faults.add("requeued_prompts", len(c.items))
-                        nxt.append(self.submit(c.engine, c.items, version, c.n, c.offset))
+                        nxt.append(self.submit(c.engine, c.items, version, c.n, c.offset, c.positions))
                         continue
                     self.last_done[c.engine] = now
                     times.engine_busy += res["seconds"]
@@ -258,7 +260,7 @@ class EngineFleet:
                             self.faults.add("failed_prompts")
                             traces.rollout(unusable_record(rec, ep, version, "generation_error", errors[j], len(ids)))
                             continue
-                        out[j * ne + c.engine] = Group(rec, ep, ids, samples, res["version_start"],
+                        out[c.position(j, ne)] = Group(rec, ep, ids, samples, res["version_start"],
                                                        res["version_end"], generated_at=res.get("done_at"))
                 # A chunk queued behind others on its engine is timed from when the engine
                 # last delivered, not from its submission.
@@ -266,10 +268,10 @@ class EngineFleet:
                     self.outstanding.discard(c)
                     self.restart_engine(c.engine, f"gave no answer in {limit:.0f}s")
                     self.faults.add("requeued_prompts", len(c.items))
-                    nxt.append(self.submit(c.engine, c.items, version, c.n, c.offset))
+                    nxt.append(self.submit(c.engine, c.items, version, c.n, c.offset, c.positions))
                 elif not current:
                     self.faults.add("requeued_prompts", len(c.items))
-                    nxt.append(self.submit(c.engine, c.items, version, c.n, c.offset))
+                    nxt.append(self.submit(c.engine, c.items, version, c.n, c.offset, c.positions))
                 else:
                     nxt.append(c)
             pending = nxt
@@ -293,9 +295,9 @@ class EngineFleet:
             return None
         self.faults.add("aborted_in_flight", len(idx))
         items = [c.items[j] for j in idx]
-        if self.cfg.sync.abort_in_flight == "resubmit":
+        if self.cfg.sync.abort_in_flight == "resubmit":   # in their places in the round, not the call's first ones
             self.faults.add("resubmitted_in_flight", len(items))
-            return self.submit(c.engine, items, version, c.n, c.offset)
+            return self.submit(c.engine, items, version, c.n, c.offset, [c.position(j, len(self.engines)) for j in idx])
         for rec, ep, ids, _ in items:
             self.faults.add("dropped_in_flight")
             traces.rollout(unusable_record(rec, ep, version, "aborted", "still generating at a weight sync "

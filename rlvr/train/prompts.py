@@ -19,6 +19,12 @@ class Chunk:
     actor: object = None  # the engine actor it was sent to (a restarted engine is a new actor)
     n: int | None = None  # samples per prompt when not rollout.n (adaptive sampling's later rounds)
     offset: int = 0       # their seeds start at sample `offset` of each prompt (rlvr.train.adaptive)
+    positions: list | None = None   # the round positions of its items where not item j = prompt j x engines + engine
+                                    # (the prompts of a call sent again after sync.abort_in_flight stopped them)
+
+    def position(self, j: int, engines: int) -> int:
+        """Where item j of this call stands in its round (chunk e of a round holds prompts e, e + E, ...)."""
+        return self.positions[j] if self.positions is not None else j * engines + self.engine
 
 
 def prompt_token_ids(tokenizer, rec: dict) -> list[int]:
