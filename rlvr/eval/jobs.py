@@ -378,6 +378,10 @@ def unit_command(unit: Unit, opts: ev.EvalOptions, device: str | None) -> list[s
         cmd += ["--thinking" if opts.thinking else "--no-thinking"]
     if opts.chat_template is not None:
         cmd += ["--chat-template", opts.chat_template]
+    if opts.judge:   # the LLM judge's options, as the unit's command line takes them
+        from rlvr.verifiers.judge import FLAGS
+
+        cmd += [a for key, v in opts.judge.items() for a in (FLAGS[key], str(v))]
     if device is not None:
         cmd += ["--gpu", device]
     return cmd
