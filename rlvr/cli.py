@@ -208,6 +208,38 @@ def tool_settings(tools: tuple[str, ...], max_turns: int, tool_markers: str, too
         raise ConfigError(str(e)) from None
 
 
+# The LLM judge's options (rlvr.verifiers.judge, its FLAGS), one definition for rlvr-verify and
+# rlvr-eval: {key in the judge's options: click keywords}. Its other options are judge.KEY=VALUE.
+JUDGE_OPTIONS = {
+    "base_url": {"metavar": "BASE_URL", "help": "An OpenAI-compatible endpoint (its /v1 root) for the LLM judge."},
+    "model": {"metavar": "NAME", "help": "The judge's model name at that endpoint."},
+    "rubric": {"metavar": "TEXT|FILE", "help": "The judge's prompt: a format string with {prompt}, {completion}, "
+                                               "{answer}, or a file holding one  [default: a 0-10 quality rubric]"},
+    "mode": {"type": click.Choice(["judge", "rule", "weighted", "gate"]),
+             "help": "judge: the judge alone; rule: the record's verifier alone; weighted: judge.weight x judge + the "
+                     "rest x rule (as score); gate: the rule's verdict, wrong when the judge fails it  [default: judge]"},
+    "cache": {"metavar": "DIR|false", "help": "Folder of cached judge replies  [default: $XDG_CACHE_HOME/rlvr/judge]"},
+}
+
+
+def judge_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--judge BASE_URL, --judge-model, --judge-rubric, --judge-mode, --judge-cache; the command
+    gets them as one argument `judge`: {key: value} of the options given ({} for none)."""
+    import functools
+
+    from rlvr.verifiers.judge import FLAGS
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kw: Any) -> Any:
+        given = {key: kw.pop(f"judge_{key}") for key in JUDGE_OPTIONS}
+        return f(*args, judge={k: v for k, v in given.items() if v is not None}, **kw)
+
+    wrapper.__click_params__ = list(getattr(f, "__click_params__", []))  # type: ignore[attr-defined]
+    for key, kw in reversed(JUDGE_OPTIONS.items()):
+        wrapper = click.option(FLAGS[key], f"judge_{key}", **kw)(wrapper)
+    return wrapper
+
+
 def parse_shard(value: str | None) -> tuple[int, int] | None:
     """'I/N' -> (I, N) with 0 <= I < N; None passes through."""
     if value is None:

@@ -18,7 +18,8 @@ without what rollout and verification added, and
 - ``id``: ``<id>/refine-<k>`` (k the completion's index), unique, stable, and readable back
   to its origin, so ``rlvr-select`` can keep refined successes for SFT (STaR);
 - ``refine``: ``{"of": <id>, "root": <first id>, "completion_index": k, "round": n,
-  "status": ..., "reward": ...}``, n counting refine rounds.
+  "status": ..., "reward": ..., "prompt": <the first record's prompt>}``, n counting refine
+  rounds; ``rlvr-select --original-prompt`` pairs a refined success with that prompt.
 
 The feedback says what the verifier measured, never the reference answer: the instructions
 not followed (instruction following), the failing test and the program's output (code), that
@@ -177,6 +178,8 @@ class Refiner:
         out["refine"] = {"of": rec["id"], "root": prev.get("root", rec["id"]), "completion_index": k,
                          "round": int(prev.get("round", 0)) + 1, "status": verdict.get("status"),
                          "reward": rec["rewards"][k]}
+        if "prompt" in prev or not prev:   # (a refined record from before refine.prompt: unknown)
+            out["refine"]["prompt"] = prev.get("prompt", prompt)
         return out
 
 

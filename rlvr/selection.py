@@ -16,6 +16,13 @@ rlvr-train's sft section needs to end the completion as the engine did), its `re
 `verdict`, `completion_index`, `pass_rate`, `n_samples` and `n_correct`.
 
 A repeated id is used once (its first record); error records (--keep-going) pass through.
+
+With ``original_prompt`` (rlvr-select --original-prompt), a record from rlvr-refine (its
+``refine`` field) is kept as an answer to the prompt it was refined from (STaR's
+rationalization): the SFT record's ``prompt`` and ``id`` are the first record's
+(``refine.prompt``, ``refine.root``), the prompt the completion answered is kept as
+``refined_prompt``, and one record is kept per original prompt (a later one with the same id
+counts as repeated).
 """
 
 from __future__ import annotations
@@ -44,8 +51,10 @@ class Selection:
     max_pass: float = 0.5
     threshold: float = 1.0
     seed: int = 0
+    original_prompt: bool = False
     counts: Counter = field(default_factory=Counter)
     seen: set = field(default_factory=set)
+    kept: set = field(default_factory=set)   # ids written, with original_prompt
 
     def in_range(self, rate: float) -> bool:
         return self.min_pass <= rate and (rate < self.max_pass or rate == self.max_pass == 1.0)
@@ -87,6 +96,15 @@ class Selection:
             if one is not None and isinstance(vals, list) and j < len(vals):
                 out[one] = vals[j]
         out.update({"completion_index": j, "pass_rate": rate, "n_samples": len(rewards), "n_correct": len(correct)})
+        if self.original_prompt:
+            ref = rec.get("refine")
+            if isinstance(ref, dict) and "prompt" in ref and isinstance(ref.get("root"), str):
+                out.update(prompt=ref["prompt"], id=ref["root"], refined_prompt=rec.get("prompt"))
+            if out.get("id") is not None:
+                if out["id"] in self.kept:
+                    self.counts["repeated"] += 1
+                    return None
+                self.kept.add(out["id"])
         self.counts["kept"] += 1
         return out
 

@@ -12,6 +12,7 @@ import pytest
 
 from helpers import DATA, invoke
 from rlvr.passk import pass_at_k
+from test_verify_judge import server  # noqa: F401 - fixture: a scripted OpenAI-compatible judge
 
 GSM8K = os.path.join(DATA, "eval", "gsm8k_test.jsonl")
 IFEVAL = os.path.join(DATA, "eval", "ifeval_input_data.jsonl")
@@ -158,6 +159,34 @@ def test_usage_errors(tiny_model_dir, tmp_path):
     assert r.code == 2 and "--watch GLOB OUT_DIR" in r.stderr
     r = invoke("rlvr-eval", [str(tmp_path / "missing"), str(tmp_path / "o"), "-b", "toy", *HF])
     assert r.code == 2 and "no such model folder" in r.stderr
+
+
+def test_a_judge_grades_the_checkpoint(tiny_model_dir, tmp_path, server):  # noqa: F811
+    """--judge: every completion goes to the LLM judge (a scripted OpenAI-compatible server that
+    replies "Score: 9") through the rubric given; the results carry its verdicts and replies, the
+    metrics count them (the tiny model's answers are noise: its own verifier would not), and
+    summary.json names the judge."""
+    out = tmp_path / "toy"
+    judge = ["--judge", server.url, "--judge-model", "judge-m", "--judge-cache", str(tmp_path / "cache"),
+             "--judge-rubric", "Grade {completion} for: {prompt} Score:"]
+    r = invoke("rlvr-eval", [tiny_model_dir, str(out), "-b", "toy", "--limit", "3", "--max-tokens", "4", *judge, *HF])
+    assert r.code == 0, r.stderr
+    results, summary = load(out / "results.jsonl"), orjson.loads((out / "summary.json").read_bytes())
+    verdicts = [v for x in results for v in x["verdicts"]]
+    assert len(verdicts) == 3 and len(server.bodies) == 3
+    for x in results:
+        [v] = x["verdicts"]
+        assert v["verifier"] == "judge" and v["status"] == "correct" and x["rewards"] == [1.0]
+        assert v["judge"]["reply"] == "Score: 9" and v["judge"]["model"] == "judge-m"
+    sent = sorted(b["messages"][0]["content"] for b in server.bodies)
+    assert sent == sorted(f"Grade {x['completions'][0]} for: {x['prompt']} Score:" for x in results)
+    assert summary["metrics"]["accuracy"] == 1.0   # the rule verifier (answer 7) would not say so
+    assert summary["settings"]["judge"]["base_url"] == server.url and summary["settings"]["judge"]["model"] == "judge-m"
+    # a judge without an endpoint, or beside another harness: refused before any engine starts
+    r = invoke("rlvr-eval", [tiny_model_dir, str(tmp_path / "x"), "-b", "toy", "--judge-model", "m", *HF])
+    assert r.code == 2 and "judge.base_url is required" in r.stderr and not (tmp_path / "x").exists()
+    r = invoke("rlvr-eval", [tiny_model_dir, str(tmp_path / "y"), "-b", "gsm8k", "--harness", "lm-eval", *judge])
+    assert r.code == 2 and "--judge goes with rlvr's own harness" in r.stderr
 
 
 def test_tensor_parallel_is_refused_with_the_reason(tiny_model_dir, tmp_path):

@@ -129,7 +129,10 @@ def test_unit_command_passes_the_task_its_shots_and_one_gpu():
     assert "--benchmark gsm8k --shots 8" in args and "--source gsm8k=g.jsonl" in args and "toy" not in args
     assert "--limit 3" in args and args.endswith("--gpu 3") and "--subdirs" not in args
     cmd = sweep.unit_command(sweep.Unit("/c/a", "o", sweep.Task("toy")), opts, None)
-    assert "--shots" not in cmd and "--gpu" not in cmd
+    assert "--shots" not in cmd and "--gpu" not in cmd and "--judge" not in cmd
+    judged = ev.EvalOptions(engine="hf", judge={"base_url": "http://h/v1", "model": "m", "rubric": "Rate {completion}"})
+    cmd = sweep.unit_command(sweep.Unit("/c/a", "o", sweep.Task("toy")), judged, None)
+    assert cmd[-6:] == ["--judge", "http://h/v1", "--judge-model", "m", "--judge-rubric", "Rate {completion}"]
     # --source NAME=PATH names a benchmark or its dataset (math: minerva_math, math_qwen, math, ...)
     src = ev.parse_sources(["math=/d/math", "gsm8k_cot=/d/g.jsonl"], ["minerva_math", "math_qwen", "gsm8k_cot"])
     assert src == {"math": "/d/math", "gsm8k_cot": "/d/g.jsonl"}

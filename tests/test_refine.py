@@ -30,7 +30,7 @@ def test_if_feedback_names_the_instructions_not_followed_and_keeps_the_grading_f
     (out,) = list(refine([_verified()], r))
     assert out["id"] == "p1/refine-1"          # the best failed completion (reward 0.5); the error one skipped
     assert out["refine"] == {"of": "p1", "root": "p1", "completion_index": 1, "round": 1, "status": "wrong",
-                             "reward": 0.5}
+                             "reward": 0.5, "prompt": "Write about cats."}
     assert "cats are nice" in out["prompt"] and "hmm" not in out["prompt"]     # thinking cut off
     assert "- number words (length_constraints:number_words: relation=at least, num_words=50)" in out["prompt"]
     assert "no comma" not in out["prompt"]                                      # that one was followed
@@ -54,6 +54,9 @@ def test_rounds_chat_prompts_and_a_custom_template():
                                            "Give the final answer in \\boxed{}.")
     assert "4" not in out["prompt"][1]["content"].split("|")[-1]     # never the reference answer
     assert out["refine"]["round"] == 2 and out["refine"]["root"] == "m" and out["id"] == "m/refine-0/refine-0"
+    assert "prompt" not in out["refine"]   # its origin's prompt is unknown (refined before refine.prompt)
+    (again,) = list(refine([{**rec, "refine": {**rec["refine"], "prompt": "Add 2 and 2."}}], Refiner()))
+    assert again["refine"]["prompt"] == "Add 2 and 2."   # the first prompt, through every round
     assert out["answer"] == "4"
     with pytest.raises(ValueError, match="not valid"):
         Refiner(template="{answer}")
@@ -94,6 +97,26 @@ def test_bad_input_names_file_line_and_field(tmp_path):
     assert r.code == 3 and "<stdin>:1: rlvr-refine needs the original prompt" in r.stderr and "(field prompt)" in r.stderr
     r = invoke("rlvr-refine", ["--template", str(t), str(f)])
     assert r.code == 2 and "--template" in r.stderr and "not valid" in r.stderr
+
+
+def test_select_pairs_refined_successes_with_the_original_prompt():
+    """rlvr-select --original-prompt (STaR's rationalization): a refined record's success is kept
+    as an answer to the prompt it was refined from, once per original prompt; other records and
+    the default keep their own prompt."""
+    first = {"id": "p1", "prompt": "Write about cats.", "verifier": "ifeval", "completions": ["a"], "rewards": [0.0],
+             "verdicts": [{"status": "wrong", "strict": [False]}], "instruction_id_list": ["x:y"], "kwargs": [{}]}
+    (r1,) = list(refine([first], Refiner()))
+    solved = [{**r1, "id": f"p1/refine-{k}", "completions": ["bad", "good"], "rewards": [0.0, 1.0]} for k in (0, 1)]
+    plain = {"id": "q", "prompt": "Hi.", "completions": ["ok"], "rewards": [1.0]}
+    r = invoke("rlvr-select", ["--original-prompt", "--max-pass", "1"], jsonl(*solved, plain))
+    assert r.code == 0, r.stderr
+    out = r.records()
+    assert [(x["id"], x["prompt"], x["completion"]) for x in out] == [("p1", "Write about cats.", "good"),
+                                                                      ("q", "Hi.", "ok")]
+    assert out[0]["refined_prompt"] == r1["prompt"] and out[0]["refine"]["of"] == "p1" and "refined_prompt" not in out[1]
+    assert "not kept: 1 repeated ids" in r.stderr      # the second success of p1
+    r = invoke("rlvr-select", ["--max-pass", "1"], jsonl(*solved))
+    assert [(x["id"], x["prompt"]) for x in r.records()] == [(x["id"], r1["prompt"]) for x in solved]
 
 
 def test_refine_loop_as_a_pipe_on_the_cpu(tiny_model_dir):

@@ -10,7 +10,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import urllib.request
 
 import pytest
@@ -27,12 +26,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def serve_command(model_dir: str, port: int, name: str = "tiny-judge") -> list[str]:
-    """`vllm serve` of a model with the CPU settings the tests use for engines (bench/bench_judge.py too)."""
-    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
-            "--served-model-name", name, "--dtype", "float32", "--max-model-len", "512", "--enforce-eager",
-            "--generation-config", "vllm", "--no-enable-chunked-prefill", "--max-num-batched-tokens", "4096",
-            "--host", "127.0.0.1", "--port", str(port)]
+def serve_command(model_dir: str, port: int) -> tuple[list[str], dict]:
+    """`vllm serve` of a model on the CPU, and what its environment adds: the in-run judge
+    engine's own command (rlvr.train.judge_engines), served as `judge` on 127.0.0.1."""
+    from rlvr.train.judge_engines import DEFAULTS, serve_args, serve_env
+
+    s = {**DEFAULTS, "max_model_len": 512}
+    args = serve_args(model_dir, port, s, on_gpu=False)
+    args[args.index("--host") + 1] = "127.0.0.1"
+    return args, serve_env(s, on_gpu=False)
 
 
 def _healthy(url: str, proc) -> bool:
@@ -49,8 +51,9 @@ def _healthy(url: str, proc) -> bool:
 def vllm_server(tiny_model_dir, tmp_path_factory):
     port = _free_port()
     log = open(tmp_path_factory.mktemp("vllm") / "serve.log", "wb")
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(serve_command(tiny_model_dir, port), stdout=log, stderr=subprocess.STDOUT, env=env,
+    args, added = serve_command(tiny_model_dir, port)
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1", **added}
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env,
                             start_new_session=True, stdin=subprocess.DEVNULL)
     root = f"http://127.0.0.1:{port}"
     try:
@@ -73,7 +76,7 @@ RUBRIC = "Rate this answer to {prompt} from 0 to 10.\n{completion}\nScore:"
 def test_judge_protocol_against_vllm_serve(vllm_server, tmp_path, api):
     recs = [{"id": f"q{i}", "prompt": f"What is {i} + {i}?", "answer": str(2 * i),
              "completions": [f"It is {2 * i}.", "I do not know."]} for i in range(3)]
-    args = ["--verifier", "judge", "--judge", vllm_server, "--judge-model", "tiny-judge", "--judge-rubric", RUBRIC,
+    args = ["--verifier", "judge", "--judge", vllm_server, "--judge-model", "judge", "--judge-rubric", RUBRIC,
             "--judge-cache", str(tmp_path / "cache"), "--set", "judge.max_tokens=8", "--set", f"judge.api={api}",
             "-j", "2", "--summary=" + str(tmp_path / "s.json")]
     r = invoke("rlvr-verify", args, jsonl(*recs))
@@ -84,7 +87,7 @@ def test_judge_protocol_against_vllm_serve(vllm_server, tmp_path, api):
     assert len(verdicts) == 6
     for v in verdicts:
         assert v["status"] in ("correct", "wrong", "judge_unparsable"), v
-        assert isinstance(v["judge"]["reply"], str) and v["judge"] == {**v["judge"], "model": "tiny-judge",
+        assert isinstance(v["judge"]["reply"], str) and v["judge"] == {**v["judge"], "model": "judge",
                                                                        "cached": False, "attempts": 1}
         if v["status"] == "judge_unparsable":
             assert v["extracted"] is None and "no score" in v["error"]

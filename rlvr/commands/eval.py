@@ -8,8 +8,8 @@ import sys
 import click
 
 from rlvr import records
-from rlvr.cli import (ConfigError, Failure, RlvrError, check_output_dir, parse_shard, run, say, tool_options,
-                      tool_settings, warn, with_examples)
+from rlvr.cli import (ConfigError, Failure, RlvrError, check_output_dir, judge_options, parse_shard, run, say,
+                      tool_options, tool_settings, warn, with_examples)
 
 HELP = with_examples(
     """Evaluate checkpoints with canonical settings.
@@ -76,6 +76,13 @@ HELP = with_examples(
     extraction finds the final answer), and summary.json adds "tools": the settings, the
     tool calls and their statuses. Not with --harness lm-eval or olmes, nor --gpus (one
     engine; --jobs and --watch spread checkpoints and tasks instead).
+
+    An LLM judge grades the completions instead of (or with) the benchmark's own verifier:
+    --judge BASE_URL (an OpenAI-compatible /v1 endpoint such as `vllm serve`), --judge-model,
+    --judge-rubric, --judge-mode and --judge-cache, as rlvr-verify takes them (rlvr's own
+    harness only; with --jobs and --watch for each unit). Each result carries the judge's
+    verdict and reply, the metrics count its verdicts, and summary.json records the judge's
+    options under settings.judge.
 
     --pass-at-k N draws N samples per prompt at temperature 1.0 and adds pass_at_k.json;
     --gpus spreads the prompts over one engine per GPU (auto: the free ones) and merges in
@@ -149,6 +156,7 @@ rlvr-eval --table evals --format csv > results.csv
 rlvr-eval --table evals --baseline configs/baselines/qwen3-1.7B-base.yaml
 rlvr-eval ./tiny evals/tiny -b toy --engine hf --dtype float32 --limit 16   # CPU smoke test
 rlvr-eval CKPT evals/tools -b math500 --tools python --max-turns 4 --max-tokens 4096   # with a Python tool
+rlvr-eval CKPT evals/judged -b ifeval_rlvr --judge http://127.0.0.1:8000/v1 --judge-model Qwen/Qwen3-8B --judge-mode gate
 """,
 )
 
@@ -220,6 +228,7 @@ def _model_args(text: str | None) -> dict:
               help="enable_thinking for the chat template, and answer-only judging  [default: the template's own]")
 @click.option("--chat-template", metavar="FILE|NAME", help="A chat template file replacing the tokenizer's, or one rlvr ships by name (tulu_thinker_r1_style) (needs --chat).")
 @click.option("--verify-jobs", type=click.IntRange(min=1), help="Verifier worker processes (default: the cores).")
+@judge_options
 @click.option("--subdirs", is_flag=True, help="Write OUT_DIR/<benchmark>/ even for one benchmark.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar on stderr (default: on a terminal).")
 @tool_options
@@ -229,7 +238,7 @@ def _model_args(text: str | None) -> dict:
 def cmd(paths, benchmarks, shots, harness, harness_python, model_args, tensor_parallel_size, gpu, gpus, wait_gpus,
         gpu_mode, jobs_file, span, pass_at_k, pattern, interval, once, idle_exit, shard, table, fmt, baseline, engine,
         dtype, max_model_len, kv_cache_gib, sources, limit, max_tokens, chat, system, thinking, chat_template,
-        verify_jobs, subdirs, progress, tools, max_turns, tool_markers, tool_output_chars, tool_timeout):
+        verify_jobs, judge, subdirs, progress, tools, max_turns, tool_markers, tool_output_chars, tool_timeout):
     from rlvr.eval import jobs as sweep
     from rlvr.eval import runner as ev
 
@@ -278,6 +287,15 @@ def cmd(paths, benchmarks, shots, harness, harness_python, model_args, tensor_pa
                                    "--system, --thinking, --chat-template, --max-tokens or --pass-at-k)")
     if jobs_file and pattern:
         raise click.UsageError("--jobs and --watch do not go together")
+    if judge and harness != "rlvr":
+        raise click.UsageError(f"--judge goes with rlvr's own harness (--harness {harness} scores with its own metrics)")
+    if judge:
+        from rlvr.verifiers.judge import check_config
+
+        try:
+            check_config(judge)   # before any engine starts
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     if harness == "rlvr" and (harness_python or model_args):
         raise click.UsageError("--harness-python and --model-args go with --harness lm-eval or olmes")
     if (span is not None and not jobs_file) or (shard is not None and not (jobs_file or pattern)):
@@ -298,7 +316,8 @@ def cmd(paths, benchmarks, shots, harness, harness_python, model_args, tensor_pa
                         chat=chat, pass_at_k=pass_at_k,
                         verify_jobs=verify_jobs, progress=progress, system=system, thinking=thinking,
                         chat_template=chat_template, harness=harness, harness_python=harness_python,
-                        model_args=model_args, shots=shots if harness == "olmes" else None, tools=tools)
+                        model_args=model_args, shots=shots if harness == "olmes" else None, tools=tools,
+                        judge=judge)
         from rlvr.data.sources import check_data_dir
 
         check_data_dir()   # --source paths were checked by _options: one line before any child starts
@@ -347,7 +366,7 @@ def cmd(paths, benchmarks, shots, harness, harness_python, model_args, tensor_pa
                     kv_cache_gib=kv_cache_gib, shots=shots, limit=limit, max_tokens=max_tokens,
                     max_tokens_by=max_tokens_by, chat=chat,
                     pass_at_k=pass_at_k, verify_jobs=verify_jobs, progress=progress, system=system, thinking=thinking,
-                    chat_template=chat_template, tools=tools)
+                    chat_template=chat_template, tools=tools, judge=judge)
     if gpu is None and gpus is not None:
         opts.gpus = sweep.pick_gpus(None, gpus, gpu_mode, warn)
     from rlvr.models import resolve_model

@@ -24,6 +24,11 @@ HELP = with_examples(
     `reward`, `verdict`, `completion_index`, `pass_rate`, `n_samples` and `n_correct`. rlvr-train's
     sft.data reads these records.
 
+    --original-prompt pairs the refined successes of rlvr-refine's prompts with the prompt
+    they were refined from (STaR's rationalization): a record with a `refine` field gives the
+    original `prompt` and `id` (refine.prompt, refine.root), the prompt the completion answered
+    as `refined_prompt`, and one record per original prompt.
+
     The last line on stderr says how many prompts were kept and why the others were not
     (below --min-pass, at or above --max-pass, no correct completion, no samples, repeated
     ids). A repeated id is used once; error records (--keep-going) pass through.
@@ -33,6 +38,7 @@ rlvr-data gsm8k --split train | rlvr-rollout -m MODEL -n 128 | rlvr-verify | rlv
 rlvr-select --min-pass 0 --max-pass 0.5 verified.jsonl > hardest.jsonl
 rlvr-select --min-pass 0.25 --max-pass 1 --seed 1 shard-*.jsonl > sft.jsonl
 rlvr-select --threshold 0.5 ifeval_verified.jsonl > sft.jsonl     # fraction rewards: half met counts
+rlvr-refine verified.jsonl | rlvr-rollout -m MODEL | rlvr-verify | rlvr-select --original-prompt --max-pass 1 > star.jsonl
 """,
 )
 
@@ -52,12 +58,14 @@ def _finite(ctx, param, value: float) -> float:
 @click.option("--threshold", type=float, default=1.0, show_default=True,
               help="Reward at or above which a completion is correct.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the choice among correct completions.")
-def cmd(files, keep_going, min_pass, max_pass, threshold, seed):
+@click.option("--original-prompt", is_flag=True,
+              help="Records from rlvr-refine: the SFT record gets the prompt and id they were refined from.")
+def cmd(files, keep_going, min_pass, max_pass, threshold, seed, original_prompt):
     if min_pass > max_pass:
         raise click.BadParameter(f"--min-pass {min_pass:g} is above --max-pass {max_pass:g}", param_hint="--min-pass")
     if not math.isfinite(threshold):
         raise click.BadParameter("must be a finite number", param_hint="--threshold")
-    sel = Selection(min_pass, max_pass, threshold, seed)
+    sel = Selection(min_pass, max_pass, threshold, seed, original_prompt)
     with RecordWriter(sys.stdout.buffer) as out:
         for rec in read_records(files, keep_going=keep_going, required=("completions", "rewards")):
             picked = sel.add(rec)

@@ -6,7 +6,8 @@ import sys
 
 import click
 
-from rlvr.cli import ConfigError, Failure, check_output_file, input_options, progress_option, run, warn, with_examples
+from rlvr.cli import (ConfigError, Failure, check_output_file, input_options, judge_options, progress_option, run, warn,
+                      with_examples)
 from rlvr.cli import progress as progress_bar
 from rlvr.records import RecordWriter, read_records, write_json
 from rlvr.verifiers import MODULES
@@ -173,18 +174,10 @@ class _Command(click.Command):
 @click.option("--think-markers", nargs=2, metavar="OPEN CLOSE", help="The markers of a thinking block  [default: <think> </think>]")
 @click.option("--memory-limit", type=click.IntRange(min=0), default=4096, show_default=True, metavar="MB",
               help="Address-space limit per worker process (0: none).")
-@click.option("--judge", "judge_url", metavar="BASE_URL",
-              help="An OpenAI-compatible endpoint (its /v1 root) for the LLM judge.")
-@click.option("--judge-model", metavar="NAME", help="The judge's model name at that endpoint.")
-@click.option("--judge-rubric", metavar="TEXT|FILE",
-              help="The judge's prompt: a format string with {prompt}, {completion}, {answer}, or a file holding one  [default: a 0-10 quality rubric]")
-@click.option("--judge-mode", type=click.Choice(["judge", "rule", "weighted", "gate"]),
-              help="judge: the judge alone; rule: the record's verifier alone; weighted: judge.weight x judge + the rest x rule (as score); gate: the rule's verdict, wrong when the judge fails it  [default: judge]")
-@click.option("--judge-cache", metavar="DIR|false",
-              help="Folder of cached judge replies  [default: $XDG_CACHE_HOME/rlvr/judge]")
+@judge_options
 @progress_option
 def cmd(files, keep_going, verifier, jobs, timeout, reward_table, reward_mode, sets, summary, thinking, think_markers,
-        memory_limit, judge_url, judge_model, judge_rubric, judge_mode, judge_cache, progress):
+        memory_limit, judge, progress):
     from rlvr.verification.pool import VerifierPool, WorkerStartError
     from rlvr.verification.rewards import RewardTable
     from rlvr.verification.summary import Summary, format_text
@@ -194,9 +187,7 @@ def cmd(files, keep_going, verifier, jobs, timeout, reward_table, reward_mode, s
     try:
         table = RewardTable.parse(reward_table, reward_mode)
         config = _parse_sets(sets)
-        judge = {"base_url": judge_url, "model": judge_model, "rubric": judge_rubric, "mode": judge_mode,
-                 "cache": judge_cache}
-        config.update({f"judge.{k}": v for k, v in judge.items() if v is not None})
+        config.update({f"judge.{k}": v for k, v in judge.items()})
         pool = VerifierPool(jobs=jobs, timeout=_parse_timeout(timeout), config=config,
                             reward_table=table, verifier=verifier, memory_mb=memory_limit or None,
                             thinking=thinking, think_markers=think_markers or None)

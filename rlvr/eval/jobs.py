@@ -380,6 +380,10 @@ def unit_command(unit: Unit, opts: ev.EvalOptions, device: str | None) -> list[s
         cmd += ["--chat-template", opts.chat_template]
     if opts.tools is not None:
         cmd += opts.tools.cli_args()
+    if opts.judge:   # the LLM judge's options, as the unit's command line takes them
+        from rlvr.verifiers.judge import FLAGS
+
+        cmd += [a for key, v in opts.judge.items() for a in (FLAGS[key], str(v))]
     if device is not None:
         cmd += ["--gpu", device]
     return cmd

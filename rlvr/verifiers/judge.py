@@ -77,6 +77,10 @@ DEFAULTS = {"base_url": None, "model": None, "api_key_env": None, "api": "chat",
             "temperature": 0.0, "cache": None, "rules": {}}
 
 
+# The options rlvr-verify and rlvr-eval take as flags (rlvr.cli.judge_options); others are judge.KEY=VALUE.
+FLAGS = {"base_url": "--judge", "model": "--judge-model", "rubric": "--judge-rubric", "mode": "--judge-mode",
+         "cache": "--judge-cache"}
+
 # ----------------------------------------------------------------------------- options
 
 
