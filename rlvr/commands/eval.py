@@ -74,8 +74,8 @@ HELP = with_examples(
     as in rlvr-rollout). completions.jsonl and results.jsonl keep each trajectory's turns
     (trajectories), the verifier scores the whole completion as rlvr-verify does (its
     extraction finds the final answer), and summary.json adds "tools": the settings, the
-    tool calls and their statuses. Not with --harness lm-eval or olmes, nor --gpus (one
-    engine; --jobs and --watch spread checkpoints and tasks instead).
+    tool calls and their statuses. With --gpus each engine process runs the tool loop on its
+    own engine. Not with --harness lm-eval or olmes.
 
     --pass-at-k N draws N samples per prompt at temperature 1.0 and adds pass_at_k.json;
     --gpus spreads the prompts over one engine per GPU (auto: the free ones) and merges in
