@@ -72,9 +72,6 @@ class RolloutSettings:
             raise ValueError(f"chat_template must be one of {', '.join(CHAT_MODES)}")
         if self.chat_template == "off" and (self.system is not None or self.template_file is not None):
             raise ValueError("a system prompt or chat template file needs the chat template (not --chat-template off)")
-        if self.tools is not None and self.gpus:
-            raise ValueError("--tools runs on one engine: --gpus (an engine pool) does not take tool turns yet; "
-                             "run one rlvr-rollout per GPU with --shard instead")
         if self.template_file is not None:
             from rlvr.data.templates import read_template, resolve_template
 
@@ -453,12 +450,14 @@ def run(records: list[dict], settings: RolloutSettings, writer: RecordWriter, *,
                 writer.write(ready.pop(nxt))
                 nxt += 1
 
-        if settings.tools is not None:
+        if settings.tools is None:
+            results = engine.stream(requests(), sampling)
+        elif getattr(engine, "runs_tools", False):   # an engine pool, rlvr-train's engine actors: their own tool loop
+            results = engine.stream(requests(), sampling, tools=settings.tools)
+        else:
             from rlvr.tools import tool_stream
 
             results = tool_stream(engine, requests(), sampling, settings.tools)
-        else:
-            results = engine.stream(requests(), sampling)
         for pos, res in results:
             ready[pos] = annotate(records[pos], res, meta, seeds.pop(pos, None), want_ids)
             stats.generated += 1

@@ -108,15 +108,35 @@ def test_shards_of_a_shuffled_input_partition_it_and_keep_each_records_samples(v
 
 
 def test_gpus_run_one_engine_process_each_and_merge_in_order(hf_engine, tiny_model_dir):
+    """One pool of two engine processes serves a plain rollout and a tool rollout (each worker
+    runs the tool loop; markers "a" ... "e" that the tiny model writes often make it call the
+    tool): both merge in input order and equal the single engine's records, trajectories too."""
+    from dataclasses import replace
+
+    from rlvr.rollout import build_engine
+    from rlvr.tools import ToolSettings
+
     recs = prompts(7)
     settings = RolloutSettings(model=tiny_model_dir, engine="hf", sampling=Sampling(n=2, max_tokens=6, seed=1),
                                options=EngineOptions(dtype="float32", max_model_len=512))
-    one = rollout(recs, settings, hf_engine)
-    settings.gpus = ["0", "1"]
-    buf = io.BytesIO()
-    stats = run(recs, settings, RecordWriter(buf), progress=False)
-    assert stats.generated == 7
-    assert [orjson.loads(ln) for ln in buf.getvalue().splitlines()] == one
+    tooled = replace(settings, sampling=replace(settings.sampling, max_tokens=32),
+                     tools=ToolSettings(markers=(("a", "e"),), max_turns=3, max_output_chars=20, timeout_s=1.0))
+    one, one_tools = rollout(recs, settings, hf_engine), rollout(recs[:4], tooled, hf_engine)
+    settings.gpus = tooled.gpus = ["0", "1"]
+    pool = build_engine(settings)
+    try:
+        assert len(pool.procs) == 2
+        buf = io.BytesIO()
+        stats = run(recs, settings, RecordWriter(buf), engine=pool, progress=False)
+        assert stats.generated == 7
+        assert [orjson.loads(ln) for ln in buf.getvalue().splitlines()] == one
+        got = rollout(recs[:4], tooled, pool)
+    finally:
+        pool.close()
+    assert got == one_tools and [r["id"] for r in got] == ["p0", "p1", "p2", "p3"]
+    roles = [[t["role"] for t in tr] for r in got for tr in r["trajectories"]]
+    assert any("tool" in r for r in roles), roles
+    assert got[0]["generation"]["sampling"]["tools"]["max_turns"] == 3
 
 
 # --- the command --------------------------------------------------------------------------

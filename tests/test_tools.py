@@ -71,8 +71,6 @@ def test_find_code_and_cut():
         ToolSettings(tools=("bash",))
     with pytest.raises(ValueError, match="output"):
         ToolSettings(output_template="no placeholder")
-    with pytest.raises(ValueError, match="--gpus"):
-        RolloutSettings(model="m", tools=ToolSettings(), gpus=["0", "1"])
 
 
 def test_two_turn_trajectory_is_exact(tok):

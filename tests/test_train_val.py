@@ -2,7 +2,8 @@
 rlvr-eval's on the same checkpoint with the same settings; the run's trackers (those installed)
 mirror the trace, validation lines included; a validated step is synced to the engines whatever
 sync.every_steps, and its line names the weights that generated it; which steps are validated,
-and what a resume keeps."""
+and what a resume keeps; with rollout.tools a validation runs the tool loop on the engine
+actors and equals rlvr-eval --tools."""
 
 from __future__ import annotations
 
@@ -137,6 +138,57 @@ def test_a_validation_line_names_the_weights_that_generated_it(tmp_path):
     line = v._line(p)
     assert line["step"] == 3 and line["policy_version"] == 3 and line["val/policy_version_max"] == 4.0
     assert line["val/toy/accuracy"] == 0.5 and [m for m in logged if "warning" in m and "version(s) [3, 4]" in m]
+
+
+def test_validation_with_rollout_tools_runs_the_tool_loop_and_equals_rlvr_eval(tiny_model_dir, tmp_path, monkeypatch):
+    """rollout.tools: a validation hands the tool settings to the engine actors (one EngineActor on
+    the hf engine, called in this process: Ray's get and wait are the identity here), its records
+    keep the trajectories, summary.json counts the tool calls, and the completions equal
+    rlvr-eval's with the same tools (evaluate_one on the engine itself, the single-engine tool
+    loop). Markers "a" ... "e", which the tiny model writes often, make it call the tool."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from rlvr.eval.runner import evaluate_one
+    from rlvr.tools import ToolSettings
+    from rlvr.train import ray_calls
+    from rlvr.train.actors import EngineActor
+    from rlvr.train.config import EvalConfig
+    from rlvr.train.validation import Validation, val_dir
+
+    class Ref:   # an answered call, as ray.get returns it
+        def __init__(self, value):
+            self.value = value
+
+    monkeypatch.setattr(ray_calls, "wait", lambda refs, num_returns=1: (refs[:1], refs[1:]))
+    monkeypatch.setattr(ray_calls, "get", lambda ref: ref.value)
+    actor = EngineActor(tiny_model_dir, "hf", {"dtype": "float32", "max_model_len": 512})
+    local = SimpleNamespace(generate=SimpleNamespace(remote=lambda *a: Ref(actor.generate(*a))))
+    tools = ToolSettings(markers=(("a", "e"),), max_turns=3, max_output_chars=20, timeout_s=1.0)
+    lines: list = []
+    v = Validation(EvalConfig(benchmarks=["toy"], limit=3, n=2, max_tokens=32), str(tmp_path), engine="hf",
+                   dtype="float32", max_model_len=512, verify_jobs=1, total_steps=1, base_model=tiny_model_dir,
+                   log=print, tools=tools)
+    try:
+        v.attach(lambda: [local], actor.engine.tokenizer, {"dtype": "float32"}, 512)
+        v.start(0)
+        v.poll(SimpleNamespace(metrics=lines.append), wait=True)
+        [line] = lines
+        assert line["step"] == 0 and any(k.startswith("val/toy/") for k in line), line
+        out = os.path.join(val_dir(str(tmp_path), 0), "toy-pass@2")
+        got = load(os.path.join(out, "results.jsonl"))
+        summary = orjson.loads(open(os.path.join(out, "summary.json"), "rb").read())
+        ref = evaluate_one(tiny_model_dir, str(tmp_path / "eval"), "toy", replace(v.opts), v.records["toy"],
+                           actor.engine, pool=v.pools["toy"])
+    finally:
+        v.close()
+        actor.engine.close()
+    assert summary["tools"]["settings"] == tools.to_dict() and summary["tools"]["calls"] > 0, summary["tools"]
+    assert summary["tools"] == ref["tools"] and summary["metrics"] == ref["metrics"]
+    want = load(str(tmp_path / "eval" / "results.jsonl"))
+    assert [r["completions"] for r in got] == [r["completions"] for r in want]
+    assert [r["trajectories"] for r in got] == [r["trajectories"] for r in want]
+    assert all(len(r["trajectories"]) == 2 for r in got) and all("rewards" in r for r in got)
 
 
 def test_eval_section_errors_exit_2():

@@ -74,8 +74,8 @@ HELP = with_examples(
     as in rlvr-rollout). completions.jsonl and results.jsonl keep each trajectory's turns
     (trajectories), the verifier scores the whole completion as rlvr-verify does (its
     extraction finds the final answer), and summary.json adds "tools": the settings, the
-    tool calls and their statuses. Not with --harness lm-eval or olmes, nor --gpus (one
-    engine; --jobs and --watch spread checkpoints and tasks instead).
+    tool calls and their statuses. With --gpus each engine process runs the tool loop on its
+    own engine. Not with --harness lm-eval or olmes.
 
     An LLM judge grades the completions instead of (or with) the benchmark's own verifier:
     --judge BASE_URL (an OpenAI-compatible /v1 endpoint such as `vllm serve`), --judge-model,

@@ -9,6 +9,10 @@ keeps every worker's queue topped up (faster workers get more), so the engines s
 results come back as they finish and the caller restores input order. On a machine without
 GPUs the same code runs N CPU engines (the variable is then irrelevant), which is how it is
 tested. A worker that dies or fails makes the whole stream fail with its message.
+
+With tools (stream(..., tools=rlvr.tools.ToolSettings)) each worker runs rlvr.tools.tool_stream
+over its own engine, so a request's tool turns (and their sandboxed code) stay in the process
+that generated it and each result is a whole trajectory, as on one engine.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ def _serve(idx: int, devices: str, kind: str, model: str, options: EngineOptions
             if msg[0] == "stop":
                 break
             sampling: Sampling = msg[1]
+            tools = msg[2] if len(msg) > 2 else None   # rlvr.tools.ToolSettings: this worker runs the tool loop
             state = {"submitted": 0, "returned": 0}
 
             def source() -> Iterator[Any]:
@@ -57,7 +62,13 @@ def _serve(idx: int, devices: str, kind: str, model: str, options: EngineOptions
                         state["submitted"] += 1
                         yield req
 
-            for handle, res in eng.stream(source(), sampling):
+            if tools is not None:
+                from rlvr.tools import tool_stream
+
+                stream = tool_stream(eng, source(), sampling, tools)
+            else:
+                stream = eng.stream(source(), sampling)
+            for handle, res in stream:
                 state["returned"] += 1
                 results.put(("result", idx, handle, res))
             results.put(("done", idx))
@@ -71,6 +82,7 @@ class EnginePool:
     """Engines in worker processes, one per entry of `devices` (CUDA_VISIBLE_DEVICES values)."""
 
     kind = "pool"
+    runs_tools = True   # stream(..., tools=...) runs the tool loop in the workers (rlvr.rollout.run)
 
     def __init__(self, kind: str, model: str, options: EngineOptions, devices: list[str], warn=None,
                  window: int | None = None, start_timeout: float = 1800.0):
@@ -119,10 +131,12 @@ class EnginePool:
                     raise EngineError(f"no answer from the engine processes in {timeout:.0f} s") from None
 
     def stream(self, requests: Iterable[tuple[Any, PromptIds, int | None]], sampling: Sampling,
-               window: int | None = None) -> Iterator[tuple[Any, Result]]:
+               window: int | None = None, tools: Any = None) -> Iterator[tuple[Any, Result]]:
+        """(handle, Result) as the workers finish them (the caller restores order); tools
+        (rlvr.tools.ToolSettings): each worker runs the tool loop on its own engine."""
         window = window or self.window
         for q in self.tasks:
-            q.put(("job", sampling))
+            q.put(("job", sampling, tools))
         outstanding = [0] * len(self.procs)
         done = 0  # workers that closed this job
         it = iter(requests)

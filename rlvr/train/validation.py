@@ -11,7 +11,10 @@ tasks or rlvr's benchmarks, with eval.source, shots and limit) and rlvr.eval.run
 (rlvr.rollout.run with the canonical greedy settings, seed 42 and the benchmark's generation
 length and stops, then the VerifierPool, lm-eval's scores, pass@k and summary.json) -- only the
 engine differs: ActorEngine, the engine interface rlvr.rollout.run uses, served by rlvr-train's
-engine actors, which hold the current weights. So RUN_DIR/val/step_<N>/<benchmark>/ holds what
+engine actors, which hold the current weights. With rollout.tools (tools=rlvr.tools.ToolSettings)
+a validation is `rlvr-eval --tools python`'s: the engine actors run the tool loop as they do for
+the training rollouts, the records keep their trajectories, the verifier scores the whole
+completion (its extraction finds the final answer) and summary.json adds "tools". So RUN_DIR/val/step_<N>/<benchmark>/ holds what
 `rlvr-eval CHECKPOINT OUT -b BENCHMARK` writes for the checkpoint of step N with the same
 engine settings (completions.jsonl, results.jsonl, summary.json, pass_at_k.json), and the
 trace gets one line per validated step: {"step": N, "val/<benchmark>/<metric>": ..., "time/val_s"}.
@@ -68,6 +71,7 @@ class ActorEngine:
     i mod E. Every request is sent before the first result is awaited; `sent` is set then."""
 
     kind = "train-actors"
+    runs_tools = True   # stream(..., tools=...): the engine actors run the tool loop (rlvr.rollout.run)
 
     def __init__(self, actors: list, tokenizer, max_model_len: int, version: str,
                  on_done: Callable[[int], None] | None = None, min_version: int | None = None):
@@ -82,7 +86,9 @@ class ActorEngine:
         self.engine_seconds = 0.0      # what the engines spent generating these requests
         self.open: dict = {}           # calls sent and not yet answered: ref -> engine actor
 
-    def stream(self, requests, sampling):
+    def stream(self, requests, sampling, tools=None):
+        """(handle, Result) per request; tools (rlvr.tools.ToolSettings): multi-turn samples, the
+        tool loop run by the engine actors (EngineActor.generate's sampling["tools"])."""
         import ray
 
         with _TOKENIZING:   # the prompts are tokenised here, by one thread at a time (one shared tokenizer)
@@ -97,6 +103,8 @@ class ActorEngine:
                 own = [r[3] if len(r) > 3 else sampling for r in part]   # a record's own sampling (rlvr.rollout)
                 sd = {"n": sampling.n, "temperature": sampling.temperature, "top_p": sampling.top_p,
                       "top_k": sampling.top_k, "max_tokens": sampling.max_tokens, "stop": list(sampling.stop)}
+                if tools is not None:
+                    sd["tools"] = tools.to_dict()
                 lengths = [s.max_tokens for s in own]
                 ref = self.actors[e].generate.remote(
                     [list(r[1]) for r in part], sd, [r[2] for r in part], [list(s.stop) for s in own],
@@ -125,7 +133,7 @@ class ActorEngine:
             self.engine_seconds += res.get("seconds") or 0.0
             for (handle, ids, *_), samples in zip(part, res["samples"]):
                 yield handle, Result(list(ids), [Sample(s["text"], list(s["token_ids"]), s["finish_reason"],
-                                                        s.get("stop_reason")) for s in samples],
+                                                        s.get("stop_reason"), turns=s.get("turns")) for s in samples],
                                      version=res["version_start"])
 
     def close(self) -> None:
@@ -148,7 +156,7 @@ class Validation:
     """The validations of one run (see the module docstring)."""
 
     def __init__(self, ecfg, run_dir: str, *, engine: str, dtype: str, max_model_len: int, verify_jobs: int | None,
-                 total_steps: int, base_model: str, log: Callable[[str], None]):
+                 total_steps: int, base_model: str, log: Callable[[str], None], tools=None):
         from rlvr.eval.runner import EvalOptions, _max_tokens_and_stop, prompts
 
         self.cfg = ecfg
@@ -158,7 +166,8 @@ class Validation:
         self.log = log
         self.opts = EvalOptions(engine=engine, dtype=dtype, max_model_len=max_model_len, shots=ecfg.shots,
                                 source=dict(ecfg.source), limit=ecfg.limit, max_tokens=ecfg.max_tokens,
-                                chat=ecfg.chat, pass_at_k=ecfg.n, verify_jobs=verify_jobs, progress=False)
+                                chat=ecfg.chat, pass_at_k=ecfg.n, verify_jobs=verify_jobs, progress=False,
+                                tools=tools)   # rollout.tools: the training rollouts' tool settings
         self.engine_options: dict = {}
         # the prompts, once: a data problem stops the run before any engine starts
         self.records = {b: prompts(b, self.opts) for b in ecfg.benchmarks}

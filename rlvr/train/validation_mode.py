@@ -8,6 +8,7 @@ import time
 
 from rlvr.errors import ConfigError
 from rlvr.messages import say
+from rlvr.train.config_rollout import tool_settings
 from rlvr.train.modes import Mode
 from rlvr.train.validation import Validation, clear_after
 
@@ -54,7 +55,8 @@ class ValidationMode(Mode):
         clear_after(run.run_dir, run.start_step)
         self.v = Validation(cfg.eval, run.run_dir, engine=cfg.rollout.engine, dtype=run.fleet.options()["dtype"],
                             max_model_len=cfg.rollout.max_model_len, verify_jobs=cfg.verify.jobs,
-                            total_steps=cfg.train.steps, base_model=run.base.path, log=say)
+                            total_steps=cfg.train.steps, base_model=run.base.path, log=say,
+                            tools=tool_settings(cfg.rollout))   # rollout.tools: validation uses the tool loop too
 
     def begin(self, run, traces) -> None:
         """Attach the engines; validate the starting weights when due (before_training, or a
