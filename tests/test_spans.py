@@ -274,14 +274,18 @@ def test_a_report_on_demand(tmp_path):
 
 def test_the_run_observer_writes_the_drivers_spans_and_the_fates(tmp_path):
     """Without actors and without a watchdog (stall_s 0): end_step drains the driver's own spans,
-    writes the step's fates per version and returns its fates/ metrics; log.spans false records none."""
+    writes the step's fates per version and returns its fates/ metrics; log.spans false records none.
+    What the process recorded before the run (an actor's method called in this process by earlier
+    work, under that actor's name) is not the run's: the run's spans are the driver's own."""
     from types import SimpleNamespace
 
     from rlvr.train.observe import RunObserver
 
     os.makedirs(tmp_path / "traces")
     cfg = SimpleNamespace(spans=True, spans_full_mb=100.0, spans_sample_every=10, stall_s=0)
-    spans.drain()
+    spans.set_actor("engine-0")
+    with spans.span("generate", step=7):
+        spans.begin("weight_load", step=7)   # left open
     obs = RunObserver(str(tmp_path), cfg)
     try:
         assert obs.watchdog is None and obs.step_figures() == {}
@@ -289,7 +293,8 @@ def test_the_run_observer_writes_the_drivers_spans_and_the_fates(tmp_path):
             obs.fates.add(0, "trained", 6)
             obs.fates.add(0, "zero_variance", 2)
         assert obs.end_step(0)["fates/trained"] == 6
-        assert [r["kind"] for r in read_spans(str(tmp_path / "traces" / "spans.jsonl"))] == ["step"]
+        got = read_spans(str(tmp_path / "traces" / "spans.jsonl"))
+        assert [(r["kind"], r["actor"]) for r in got] == [("step", "driver")]
         rows = [orjson.loads(ln) for ln in open(tmp_path / "traces" / "fates.jsonl", "rb")]
         assert rows == [{"step": 0, "policy_version": 0, "trained": 6, "zero_variance": 2, "stale": 0, "timed_out": 0,
                          "masked": 0}]

@@ -133,6 +133,7 @@ class RunObserver:
         from rlvr.train.watchdog import Watchdog
 
         self.enabled = bool(getattr(log_cfg, "spans", True))
+        spans.recorder().reset("driver")   # nothing this process recorded before the run is the run's
         spans.recorder().enabled = self.enabled
         self.log = spans.SpanLog(run_dir, log_cfg.spans_full_mb, log_cfg.spans_sample_every)
         self.probe = ActorProbe(actors if actors is not None else {}, timeout_s)

@@ -105,6 +105,16 @@ class Recorder:
     def span(self, kind: str, step: int | None = None, version: int | None = None, ids=None, **extra) -> "_Span":
         return _Span(self, kind, step, version, ids, extra)
 
+    def reset(self, actor: str = "driver") -> None:
+        """Start afresh as `actor`: the spans held so far (closed or open) are dropped. A run's
+        driver calls it as the run starts, so that what this process recorded before (an earlier
+        run in the same process, a library call of an actor's method) is not written as the run's."""
+        with self._lock:
+            self.actor = actor
+            self._open.clear()
+            self._closed = []
+            self.dropped = 0
+
     def drain(self) -> dict:
         """{"spans": the spans closed since the last drain, "open": copies of the open ones}."""
         with self._lock:
