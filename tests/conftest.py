@@ -26,7 +26,7 @@ os.environ["RAY_ADDRESS"] = "local"  # never join a cluster `ray start` left on 
 LONG_FILES_FIRST = ("test_train_judge_engine.py", "test_train_modes.py", "test_submit.py", "test_train.py",
                     "test_train_faults.py", "test_train_cluster.py", "test_lmeval.py", "test_ray_cluster.py",
                     "test_train_inflight.py", "test_olmes.py", "test_train_sft.py", "test_train_val.py",
-                    "test_train_judge.py", "test_verify_judge_vllm.py")
+                    "test_train_judge.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -3,7 +3,10 @@ judge (the tiny model, on the CPU: num_gpus 0) on a Ray actor of its own, points
 at it, trains on its rewards, restarts it when it dies mid-run, and stops it when the run ends.
 The tiny model's replies are noise: what is checked is that every verdict is the in-run judge's
 (its reply kept, its status mapped to the reward table) or, while it is down, an error, the
-plan counts it, and nothing of it outlives the run. One run pays for every server start."""
+plan counts it, and nothing of it outlives the run. One run pays for every server start: the
+judge's protocol against that real `vllm serve` (chat and completions requests through
+rlvr-verify --judge, the reply kept in every verdict, a verdict or judge_unparsable for each
+completion, the cache on a second pass) is checked on the run's own server while it is up."""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from rlvr.errors import ConfigError
 from rlvr.train.config import TrainConfig
 from rlvr.train.judge_engines import serve_args, serve_env
 from rlvr.train.plan import Cluster, Node, make_plan
+from helpers import invoke, jsonl
 from machine_time import wait_for
 from test_train import SMALL, TINY, base_model, cfg_for, ray_session, run, trace  # noqa: F401 - fixtures
 from test_train_plan import GSM8K, qwen, qwen_dir  # noqa: F401 - fixture
@@ -71,6 +75,34 @@ def test_serve_args_on_the_cpu_and_on_gpus():
     assert "--enforce-eager" not in gpu and gpu[-2:] == ["--seed", "3"] and gpu[gpu.index("--port") + 1] == "8001"
 
 
+def check_protocol(url: str, cache: str, api: str) -> None:
+    """rlvr-verify --judge URL against a real OpenAI-compatible server serving the model as
+    `judge`: every completion gets a verdict or judge_unparsable with the reply kept, in order;
+    the same input again comes from the cache with the same verdicts."""
+    recs = [{"id": f"q{i}", "prompt": f"What is {i} + {i}?", "answer": str(2 * i),
+             "completions": [f"It is {2 * i}.", "I do not know."]} for i in range(3)]
+    args = ["--verifier", "judge", "--judge", url, "--judge-model", "judge", "--judge-rubric", RUBRIC,
+            "--judge-cache", cache, "--set", "judge.max_tokens=8", "--set", f"judge.api={api}", "-j", "2"]
+    r = invoke("rlvr-verify", args, jsonl(*recs))
+    assert r.code == 0, r.stderr
+    out = r.records()
+    assert [x["id"] for x in out] == ["q0", "q1", "q2"]
+    verdicts = [v for x in out for v in x["verdicts"]]
+    assert len(verdicts) == 6
+    for v in verdicts:
+        assert v["status"] in ("correct", "wrong", "judge_unparsable"), v
+        assert isinstance(v["judge"]["reply"], str) and v["judge"] == {**v["judge"], "model": "judge",
+                                                                       "cached": False, "attempts": 1}
+        if v["status"] == "judge_unparsable":
+            assert v["extracted"] is None and "no score" in v["error"]
+        else:
+            assert 0.0 <= v["score"] <= 1.0
+    again = invoke("rlvr-verify", args, jsonl(*recs)).records()
+    assert all(v["judge"]["cached"] for x in again for v in x["verdicts"])
+    strip = lambda x: [(v["status"], v.get("score"), v["judge"]["reply"]) for v in x["verdicts"]]  # noqa: E731
+    assert [strip(x) for x in again] == [strip(x) for x in out]
+
+
 def _up(url: str) -> bool:
     try:
         with urllib.request.urlopen(url[:-3] + "/health", timeout=5) as r:
@@ -94,12 +126,16 @@ def test_training_rewards_come_from_the_in_run_judge_engine_restarted_when_it_di
     pytest.importorskip("vllm")
     run_dir = tmp_path / "run"
     killed: list[int] = []
+    protocol: list[str] = []
     extend = JudgeEngineMode.extend
 
     def extend_then_kill(self, run_, assembled, groups, step):
         extend(self, run_, assembled, groups, step)
         if step == 0:   # after step 1's check of the server: it is down for step 2's verification
             man = orjson.loads((run_dir / "run.json").read_bytes())["judge_engine"]
+            for api in ("chat", "completions"):   # the protocol, on the run's own vllm serve
+                check_protocol(man["url"], str(tmp_path / f"cache-{api}"), api)
+                protocol.append(api)
             os.killpg(man["server_pid"], signal.SIGKILL)
             killed.append(man["server_pid"])
             wait_for(lambda: not _up(man["url"]), 60, "the killed judge server's port to close")
@@ -118,6 +154,7 @@ def test_training_rewards_come_from_the_in_run_judge_engine_restarted_when_it_di
     url = judge["url"]
     assert url.startswith("http://") and url.endswith("/v1") and judge["model"] == "tiny"
     assert len(killed) == 1 and judge["restarts"] == 1 and judge["server_pid"] != killed[0]
+    assert protocol == ["chat", "completions"]
     rows = trace(run_dir)
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert [r["faults/judge_engine_restarts"] for r in rows] == [0, 1, 1]   # restarted after step 2's verification

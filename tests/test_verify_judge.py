@@ -2,7 +2,7 @@
 replies, 5xx, timeouts, garbage bodies and unparsable replies each end in a verdict or an error
 status (nothing lost), the on-disk cache spares a second call, the four combination modes with
 a rule verifier, rlvr-verify's options, and AllenAI's judge-graded rows.
-(The protocol against a real `vllm serve` is tests/test_verify_judge_vllm.py.)"""
+(The protocol against a real `vllm serve`: tests/test_train_judge_engine.py, on the run's own server.)"""
 
 from __future__ import annotations
 
