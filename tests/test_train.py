@@ -124,9 +124,27 @@ def test_tiny_run_learns_through_vllm(ray_session, base_model, tmp_path):
     assert acc > first + 0.1, acc
 
 
-def test_async_staleness_bound(ray_session, base_model, tmp_path):
+def test_async_staleness_bound(ray_session, base_model, tmp_path, monkeypatch):
+    """max_staleness 1 is used and never exceeded. At start-up the engines are launched while the
+    trainer loads the model: the run waits for the trainer's load only once they are."""
+    from rlvr.train.fleet import EngineFleet
+    from rlvr.train.trainers import TrainerGroup
+
+    order, launch, ready = [], EngineFleet.new_engine, TrainerGroup.ready
+
+    def new_engine(self, *a, **kw):
+        order.append(("engine", self.trainers.loading is not None))   # the trainer's load still in flight
+        return launch(self, *a, **kw)
+
+    def waited(self):
+        order.append(("trainer ready", self.loading is not None))
+        return ready(self)
+
+    monkeypatch.setattr(EngineFleet, "new_engine", new_engine)
+    monkeypatch.setattr(TrainerGroup, "ready", waited)
     cfg = cfg_for(base_model, "train.steps=5", "train.max_staleness=1", "checkpoint.every=0", *SMALL)
     run(cfg, tmp_path)
+    assert order == [("engine", True), ("trainer ready", True)], order
     rows = trace(tmp_path)
     assert max(r["staleness/max"] for r in rows) == 1          # the bound is used...
     assert all(r["staleness/max"] <= 1 for r in rows)          # ...and never exceeded

@@ -15,6 +15,7 @@ import threading
 import time
 
 import pytest
+from machine_time import scaled
 
 from helpers import invoke, jsonl
 from rlvr.verifiers import MODULES
@@ -188,7 +189,9 @@ def test_records_come_out_while_a_slow_input_trickles_in_and_before_an_interrupt
         for i in range(1, 6):
             events.append(f"in:{i}")
             yield rec(i, "ok:x")
-            time.sleep(1.0)  # an upstream stage producing one record a second
+            # an upstream stage producing one record a second (of a quiet machine's time: the
+            # pause stretches with the load, as the worker's verification does)
+            time.sleep(scaled(1.0))
         raise KeyboardInterrupt  # Ctrl-C while waiting for the fourth
 
     with pytest.raises(KeyboardInterrupt):

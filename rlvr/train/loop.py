@@ -156,16 +156,22 @@ def start(run: Run) -> dict:
     t0 = time.monotonic()
     run.cluster.preflight(base, prompts=[r for recs in stream.by_name.values() for r in recs] if stream else None,
                           tokenizer=run.tokenizer)
-    run.trainers.start(model, base, nodes_not_seeing(run.run_dir))
-    data_state = run.trainers.load_state(model.path) if start_step else None
+    run.trainers.start(model, base, nodes_not_seeing(run.run_dir))   # the ranks load while the engines start
+    if run.cluster.has_gpus() and (cfg.train.trainer_num_gpus % 1 or cfg.rollout.engine_num_gpus % 1):
+        run.trainers.ready()   # a GPU shared by trainer and engine: vLLM measures its free memory alone
     run.trainers.version = start_step
     if alone is not None:
+        run.trainers.ready()
+        if start_step:
+            run.trainers.load_state(model.path)   # the optimizer state; a mode keeps its own data order
         nodes = run.cluster.startup(run.trainers.node_calls(), "starting the trainer")
         update_manifest(run.run_dir, placement={"engines": [], "trainer": nodes[0], "trainer_ranks": nodes})
         run.obs = observer(run)
         mode = next(m for m in run.modes if isinstance(m, alone))
         return supervise(run, lambda rec: mode.steps(run, rec, start_step))
     placement = run.fleet.start(base)
+    run.trainers.ready()
+    data_state = run.trainers.load_state(model.path) if start_step else None
     update_manifest(run.run_dir, placement=placement)
     run.fleet.measure()
     run.modes.start(run)

@@ -30,6 +30,7 @@ class TrainerGroup:
         self.cfg, self.run_dir, self.cluster = cfg, run_dir, cluster
         self.ranks: list = []      # the actors, rank 0 first
         self.version = 0           # the weight version the trainer holds (the steps trained)
+        self.loading = None        # the ranks' model loads start() sent, until ready() waits for them
 
     @property
     def rank0(self):
@@ -80,9 +81,18 @@ class TrainerGroup:
             {"placement": "driver node" if "scheduling_strategy" in res else "one rank",
              "driver_node": ray.get_runtime_context().get_node_id()}
         update_manifest(self.run_dir, mesh=mesh_record(placed, ray.nodes(), t.tensor_parallel, layout, master))
-        startup([a.setup.remote(model, t, self.cfg.rollout.max_tokens, t.steps, self.cfg.model.trust_remote_code,
-                                ref, self.cfg.rollout.temperature, r, world, master)
-                 for r, a in enumerate(actors)], "loading the model into the trainer", labels)
+        # sent, not waited for: the engines start while the ranks load the model (ready() waits)
+        self.loading = ([a.setup.remote(model, t, self.cfg.rollout.max_tokens, t.steps,
+                                        self.cfg.model.trust_remote_code, ref, self.cfg.rollout.temperature, r,
+                                        world, master) for r, a in enumerate(actors)], labels)
+
+    def ready(self) -> None:
+        """Wait for the model loads start() sent (bounded by ray.startup_timeout_s, an error in a
+        rank one line, as every start-up call)."""
+        if self.loading is not None:
+            refs, labels = self.loading
+            self.loading = None
+            self.cluster.startup(refs, "loading the model into the trainer", labels)
 
     def node_calls(self) -> list:
         """Each rank's placement call (rlvr.train.actors: node, pid)."""
