@@ -12,6 +12,14 @@ ORDER = ["math", "code", "ifeval", "judge", "tools", "eval", "eval_parity", "rol
          "gpu", "gpucheck"]
 
 
+def write_fragment(name: str, lines: list[str]) -> None:
+    """A bench script's section: docs/bench/<name>.md, which main() below assembles."""
+    os.makedirs(os.path.join(ROOT, "docs", "bench"), exist_ok=True)
+    with open(os.path.join(ROOT, "docs", "bench", f"{name}.md"), "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+    print(f"wrote docs/bench/{name}.md")
+
+
 def _read(name: str) -> str:
     try:
         return open(os.path.join(ROOT, "docs", "bench", f"{name}.md")).read()

@@ -246,9 +246,9 @@ def write(payload, score, train, args) -> None:
         lines += ["", "The trainer's extra time is one more forward and backward pass over the distilled "
                       "completions (the distillation loss's own, beside the RL loss's) with K + 1 log-probs "
                       "gathered per position instead of 1."]
-    os.makedirs(os.path.join(ROOT, "docs", "bench"), exist_ok=True)
-    with open(os.path.join(ROOT, "docs", "bench", "distill.md"), "w") as fh:
-        fh.write("\n".join(lines) + "\n")
+    from assemble import write_fragment
+
+    write_fragment("distill", lines)
 
 
 def main() -> None:

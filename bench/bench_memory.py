@@ -139,10 +139,9 @@ def main() -> None:
                  "in the backward pass (one more output-layer matmul per chunk; step times here carry the shared "
                  "machine's noise); tests/test_grpo.py and tests/test_trainer.py check that loss "
                  "and gradients equal the unchunked computation.")
-    os.makedirs(os.path.join(ROOT, "docs", "bench"), exist_ok=True)
-    with open(os.path.join(ROOT, "docs", "bench", "memory.md"), "w") as fh:
-        fh.write("\n".join(lines) + "\n")
-    print("wrote docs/bench/memory.md")
+    from assemble import write_fragment
+
+    write_fragment("memory", lines)
 
 
 if __name__ == "__main__":

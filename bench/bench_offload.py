@@ -158,10 +158,9 @@ def main() -> None:
                  "order are noise. What only a GPU shows: the device-to-host and host-to-device copies of the "
                  "gradients and weights (params_and_optimizer: every forward's parameters too) and the CPU AdamW's "
                  "time against the GPU's.")
-    os.makedirs(os.path.join(ROOT, "docs", "bench"), exist_ok=True)
-    with open(os.path.join(ROOT, "docs", "bench", "offload.md"), "w") as fh:
-        fh.write("\n".join(lines) + "\n")
-    print("wrote docs/bench/offload.md")
+    from assemble import write_fragment
+
+    write_fragment("offload", lines)
 
 
 if __name__ == "__main__":

@@ -155,10 +155,9 @@ def main() -> None:
                  f"{worst} shape). What the CPU cannot show: bf16 compute and its fp32 masters, the CUDA "
                  "context, the caching allocator's real fragmentation, FSDP's gathers and the sync buffers; "
                  "bench/gpu_check.py measures the peak of the Qwen3-1.7B shape on a GPU.")
-    os.makedirs(os.path.join(ROOT, "docs", "bench"), exist_ok=True)
-    with open(os.path.join(ROOT, "docs", "bench", "plan_memory.md"), "w") as fh:
-        fh.write("\n".join(lines) + "\n")
-    print("wrote docs/bench/plan_memory.md")
+    from assemble import write_fragment
+
+    write_fragment("plan_memory", lines)
 
 
 if __name__ == "__main__":

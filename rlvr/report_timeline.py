@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 
-
 from rlvr.records import complete_objects
 from rlvr.train.figures import FATES
 from rlvr.train.spans import KINDS, read_spans

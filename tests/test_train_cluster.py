@@ -13,6 +13,7 @@ import orjson
 import pytest
 
 from helpers import REPO
+from machine_time import scaled
 from rlvr.config_loader import load_config, to_yaml
 from rlvr.errors import ConfigError
 from rlvr.train.config import TrainConfig
@@ -95,9 +96,10 @@ def two_nodes(tmp_path_factory):
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 2, "resources": {"inference_node": 2, "trainer_slot": 1}})
     try:
-        second = cluster.add_node(num_cpus=1, resources={"trainer_slot": 1})
+        # Ray's own waits for a node are 30 s of wall time: a busy machine gets them stretched
+        second = cluster.add_node(wait=False, num_cpus=1, resources={"trainer_slot": 1})
         ray.init(address=cluster.address, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-        cluster.wait_for_nodes()
+        cluster.wait_for_nodes(timeout=scaled(60))
         head = ray.get_runtime_context().get_node_id()
         assert head == cluster.head_node.node_id and second.node_id != head
         yield model, head, second.node_id

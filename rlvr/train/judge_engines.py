@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import os
 
-from rlvr.errors import ConfigError, Failure
+from rlvr.errors import Failure
 from rlvr.messages import say
-from rlvr.train.config_rollout import JUDGE_ENGINE_DEFAULTS as DEFAULTS  # noqa: F401 - their home
-from rlvr.train.config_rollout import JUDGE_SERVED_NAME as SERVED_NAME  # noqa: F401
-from rlvr.train.config_rollout import check_judge_engine as check_spec  # noqa: F401
+from rlvr.train.config_rollout import JUDGE_ENGINE_DEFAULTS as DEFAULTS   # the options live with the config
+from rlvr.train.config_rollout import JUDGE_SERVED_NAME as SERVED_NAME
+from rlvr.train.config_rollout import check_judge_engine
 from rlvr.train.modes import Mode
 
 MAX_RESTARTS = 3
@@ -202,7 +202,7 @@ class JudgeEngineMode(Mode):
     def check(cfg) -> list[str]:
         raw = getattr(cfg.verify, "judge_engine", None) or {}
         if raw:
-            check_spec(raw)
+            check_judge_engine(raw)
         return []
 
     def __init__(self, run):

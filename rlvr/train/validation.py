@@ -14,10 +14,10 @@ engine differs: ActorEngine, the engine interface rlvr.rollout.run uses, served 
 engine actors, which hold the current weights. With rollout.tools (tools=rlvr.tools.ToolSettings)
 a validation is `rlvr-eval --tools python`'s: the engine actors run the tool loop as they do for
 the training rollouts, the records keep their trajectories, the verifier scores the whole
-completion (its extraction finds the final answer) and summary.json adds "tools". So RUN_DIR/val/step_<N>/<benchmark>/ holds what
-`rlvr-eval CHECKPOINT OUT -b BENCHMARK` writes for the checkpoint of step N with the same
-engine settings (completions.jsonl, results.jsonl, summary.json, pass_at_k.json), and the
-trace gets one line per validated step: {"step": N, "val/<benchmark>/<metric>": ..., "time/val_s"}.
+completion (its extraction finds the final answer) and summary.json adds "tools". So
+RUN_DIR/val/step_<N>/<benchmark>/ holds what `rlvr-eval CHECKPOINT OUT -b BENCHMARK` writes
+for the checkpoint of step N with the same engine settings (completions.jsonl, results.jsonl,
+summary.json, pass_at_k.json), and the trace gets one line per validated step: {"step": N, "val/<benchmark>/<metric>": ..., "time/val_s"}.
 
 Ordering: Ray runs an engine actor's calls one at a time in the order they were sent, so
 requests sent after the weight update of version N (and before that of N+1) generate with
